@@ -1,0 +1,1 @@
+"""Alembic environment and versions: one history for the outbox and the vazifalar tables."""

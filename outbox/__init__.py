@@ -1,0 +1,9 @@
+"""A transactional outbox relay for Telegram messages on PostgreSQL."""
+
+from __future__ import annotations
+
+from outbox.api import Enqueued, cancel, enqueue
+from outbox.errors import OutboxError
+from outbox.states import State
+
+__all__ = ["Enqueued", "OutboxError", "State", "cancel", "enqueue"]

@@ -1,0 +1,56 @@
+"""What the app calls: enqueue and cancel messages inside its own transaction."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from outbox import queries
+from outbox.errors import InvalidInput
+
+__all__ = ["Enqueued", "cancel", "enqueue"]
+
+REMINDER = "eslatma"
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    id: int
+    created: bool  # False: a message with this key already existed and was returned as is
+
+
+def enqueue(
+    conn: queries.SyncConn,
+    *,
+    key: str,
+    payload: Mapping[str, Any],
+    kind: str = REMINDER,
+    run_at: datetime | None = None,
+) -> Enqueued:
+    """Add a message to the outbox in the caller's transaction (never commits).
+
+    ``conn`` is the app's SQLAlchemy ``Session`` or ``Connection``: the message exists exactly
+    when the caller's transaction commits. ``key`` identifies the logical message: enqueueing
+    the same key again returns the existing row. ``payload`` holds sendMessage's parameters
+    (``chat_id`` and ``text`` at least). ``run_at`` (timezone-aware) delays the message; the
+    default is now.
+    """
+    if not key:
+        raise InvalidInput("an outbox message needs a non-empty key")
+    if run_at is not None and run_at.tzinfo is None:
+        raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
+    row_id, created = queries.enqueue(
+        conn, kind=kind, key=key, payload=dict(payload), run_at=run_at
+    )
+    return Enqueued(row_id, created)
+
+
+def cancel(conn: queries.SyncConn, keys: Sequence[str]) -> int:
+    """Withdraw unsent messages by key in the caller's transaction; return how many.
+
+    A message a relay has already claimed is withdrawn too: the relay checks that its claim
+    still exists just before sending.
+    """
+    return queries.cancel(conn, keys)

@@ -1,0 +1,88 @@
+"""Shared fixtures: a real PostgreSQL, one migrated template, a fresh database per test.
+
+The server is the embedded one (pgserver) unless ``OUTBOX_TEST_DATABASE_URL`` names another.
+Each test gets its own database cloned from a migrated template, which costs a few tens of
+milliseconds and keeps tests independent even when they run relays in other processes.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import tempfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from outbox import migrate
+from outbox.db import create_engine, normalize_url
+from outbox.embedded import embedded_url
+
+TEST_TOKEN = "123456:TEST-token_for-fake"
+TEMPLATE = f"outbox_template_{os.getpid()}"
+_counter = itertools.count()
+
+
+def with_database(url: str, name: str) -> str:
+    parts = urlsplit(url)
+    return urlunsplit(parts._replace(path="/" + name))
+
+
+@pytest.fixture(scope="session")
+def server_url() -> Iterator[str]:
+    given = os.environ.get("OUTBOX_TEST_DATABASE_URL")
+    if given:
+        yield normalize_url(given)
+        return
+    with tempfile.TemporaryDirectory(prefix="outbox-test-") as tmp:
+        yield embedded_url(Path(tmp))
+
+
+def _admin(server: str) -> psycopg.Connection[tuple[object, ...]]:
+    return psycopg.connect(server, autocommit=True)
+
+
+@pytest.fixture(scope="session")
+def template_url(server_url: str) -> Iterator[str]:
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+        conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
+    url = with_database(server_url, TEMPLATE)
+    migrate.upgrade(url)
+    yield url
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
+
+
+@pytest.fixture
+def db_url(server_url: str, template_url: str) -> Iterator[str]:
+    """A freshly migrated database of the test's own."""
+    name = f"outbox_t{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
+    yield with_database(server_url, name)
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def engine(db_url: str) -> Iterator[sa.Engine]:
+    eng = create_engine(db_url)
+    yield eng
+    eng.dispose()
+
+
+@pytest.fixture
+def empty_db_url(server_url: str) -> Iterator[str]:
+    """A database without the schema, for 'run outbox migrate first' checks."""
+    name = f"outbox_empty_{os.getpid()}_{uuid.uuid4().hex[:6]}"
+    with _admin(server_url) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"')
+    yield with_database(server_url, name)
+    with _admin(server_url) as conn:
+        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
