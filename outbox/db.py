@@ -14,6 +14,7 @@ from outbox.errors import ConfigError, DatabaseUnavailable, SchemaMissing
 
 __all__ = [
     "async_connect",
+    "check_schema",
     "connect_errors",
     "create_engine",
     "normalize_url",
@@ -65,7 +66,7 @@ def sqlalchemy_url(url: str) -> str:
 
 
 def create_engine(url: str, **kwargs: object) -> Engine:
-    return sa.create_engine(sqlalchemy_url(url), **kwargs)  # type: ignore[arg-type]
+    return sa.create_engine(sqlalchemy_url(url), **kwargs)
 
 
 @contextlib.contextmanager
@@ -99,3 +100,13 @@ async def async_connect(url: str, *, autocommit: bool = True) -> psycopg.AsyncCo
             # Statements the relay repeats are prepared by the server after their second use.
             prepare_threshold=2,
         )
+
+
+async def check_schema(url: str) -> None:
+    """Fail with one clear line if the database is unreachable or not migrated."""
+    conn = await async_connect(url)
+    try:
+        with connect_errors(url):
+            await conn.execute("SELECT 1 FROM outbox JOIN yuborilgan USING (kalit) LIMIT 0")
+    finally:
+        await conn.close()

@@ -35,7 +35,8 @@ __all__ = [
 AsyncConn = psycopg.AsyncConnection[Any]
 SyncConn = Connection | Session
 
-NOTIFY_CHANNEL = "outbox"
+NOTIFY_CHANNEL = "outbox"  # new rows (statement trigger in the migration)
+CANCEL_CHANNEL = "outbox_cancel"  # ids of claimed rows the app withdrew
 # Advisory lock key for maintenance (reaper, retention): one relay at a time does it.
 MAINTENANCE_LOCK_KEY = 0x6F7574626F78  # "outbox"
 
@@ -81,9 +82,17 @@ def enqueue(
     return int(row[0]), bool(row[1])
 
 
+# The notification reaches the relays when the caller commits, so a relay that already claimed
+# one of these rows drops it before sending.
 _CANCEL = """
-DELETE FROM outbox
-WHERE kalit = ANY(%(keys)s) AND holat IN ('kutmoqda', 'bajarilmoqda')
+WITH deleted AS (
+    DELETE FROM outbox
+    WHERE kalit = ANY(%(keys)s) AND holat IN ('kutmoqda', 'bajarilmoqda')
+    RETURNING id, holat
+)
+SELECT count(*),
+       pg_notify('outbox_cancel', string_agg(id::text, ',') FILTER (WHERE holat = 'bajarilmoqda'))
+FROM deleted
 """
 
 
@@ -91,7 +100,7 @@ def cancel(conn: SyncConn, keys: Sequence[str]) -> int:
     """Delete unsent messages by key (pending or claimed); sent and failed rows stay."""
     if not keys:
         return 0
-    return int(_execute(conn, _CANCEL, {"keys": list(keys)}).rowcount)
+    return int(_execute(conn, _CANCEL, {"keys": list(keys)}).scalar_one())
 
 
 # --- the relay's hot path ----------------------------------------------------------------------
@@ -198,18 +207,6 @@ async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome]) -> int:
     }
     cursor = await conn.execute(_RECORD_OUTCOMES, params)
     return cursor.rowcount
-
-
-_STILL_CLAIMED = """
-SELECT id FROM outbox
-WHERE id = ANY(%(ids)s) AND holat = 'bajarilmoqda'
-"""
-
-
-async def still_claimed(conn: AsyncConn, ids: Iterable[int]) -> set[int]:
-    """Which of these ids are still claimed (not cancelled by the app in the meantime)."""
-    cursor = await conn.execute(_STILL_CLAIMED, {"ids": list(ids)})
-    return {row[0] for row in await cursor.fetchall()}
 
 
 _SECONDS_UNTIL_NEXT_DUE = """

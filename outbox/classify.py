@@ -1,0 +1,111 @@
+"""Telegram error classification: the one place that knows what each failure means.
+
+python-telegram-bot's ``BadRequest`` and ``TimedOut`` are subclasses of ``NetworkError`` and it
+strips "Bad Request: " from descriptions, so the order of the checks below matters and
+descriptions are matched case-insensitively by substring.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import enum
+import warnings
+from dataclasses import dataclass
+
+import httpx
+from telegram import error as tg
+
+from outbox.redact import redact
+
+__all__ = ["Failure", "FailureKind", "MalformedPayload", "classify"]
+
+
+class FailureKind(enum.Enum):
+    TRANSIENT = "transient"  # try again later (backoff), counts as an attempt
+    PERMANENT = "permanent"  # no retry can help: xato at once
+    MIGRATED = "migrated"  # the group became a supergroup: resend to the new id at once
+    UNAUTHORIZED = "unauthorized"  # the token is bad: stop the relay, release the row
+
+
+class MalformedPayload(ValueError):
+    """The outbox row's payload cannot become a sendMessage request."""
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    kind: FailureKind
+    reason: str  # for oxirgi_xato: a sentence a person understands, never the token
+    retry_after: float = 0.0  # Telegram's flood-control wait, seconds
+    maybe_delivered: bool = False  # the request may have reached Telegram (no answer came)
+    new_chat_id: int | None = None
+
+
+def _retry_after_seconds(err: tg.RetryAfter) -> float:
+    with warnings.catch_warnings():
+        # PTB 22 warns that retry_after will become a timedelta; accept both forms.
+        warnings.simplefilter("ignore")
+        value = err.retry_after
+    if isinstance(value, dt.timedelta):
+        return value.total_seconds()
+    return float(value)
+
+
+def _transport_cause(err: BaseException) -> BaseException | None:
+    cause = err.__cause__
+    while cause is not None and not isinstance(cause, httpx.HTTPError):
+        cause = cause.__cause__
+    return cause
+
+
+def classify(err: BaseException) -> Failure:  # noqa: PLR0911, PLR0912 - one branch per Telegram answer
+    """Map an exception raised while sending to what the relay should do about it."""
+    message = redact(str(err)) or type(err).__name__
+    if isinstance(err, MalformedPayload):
+        return Failure(FailureKind.PERMANENT, f"malformed payload: {message}")
+    if isinstance(err, tg.RetryAfter):
+        seconds = _retry_after_seconds(err)
+        return Failure(
+            FailureKind.TRANSIENT,
+            f"Telegram flood control (429): retry after {seconds:g} s",
+            retry_after=seconds,
+        )
+    if isinstance(err, tg.ChatMigrated):
+        return Failure(
+            FailureKind.MIGRATED,
+            f"group chat was upgraded to supergroup {err.new_chat_id}",
+            new_chat_id=int(err.new_chat_id),
+        )
+    if isinstance(err, tg.InvalidToken):
+        return Failure(FailureKind.UNAUTHORIZED, "Telegram rejected the bot token (401/404)")
+    if isinstance(err, tg.Forbidden):
+        return Failure(FailureKind.PERMANENT, f"Telegram refused (403): {message}")
+    if isinstance(err, tg.BadRequest):
+        return Failure(FailureKind.PERMANENT, f"Telegram rejected the message (400): {message}")
+    if isinstance(err, tg.TimedOut):
+        cause = _transport_cause(err)
+        if isinstance(cause, httpx.ConnectTimeout | httpx.PoolTimeout):
+            return Failure(FailureKind.TRANSIENT, f"could not connect to Telegram: {message}")
+        return Failure(
+            FailureKind.TRANSIENT,
+            "Telegram did not answer in time; the message may have been delivered",
+            maybe_delivered=True,
+        )
+    if isinstance(err, tg.NetworkError):
+        cause = _transport_cause(err)
+        if cause is None:
+            # An HTTP answer with an error status (5xx, a proxy's HTML page).
+            return Failure(FailureKind.TRANSIENT, f"Telegram server error: {message}")
+        if isinstance(cause, httpx.ConnectError):
+            return Failure(FailureKind.TRANSIENT, f"could not connect to Telegram: {message}")
+        return Failure(
+            FailureKind.TRANSIENT,
+            f"connection to Telegram broke ({type(cause).__name__}); "
+            "the message may have been delivered",
+            maybe_delivered=True,
+        )
+    if isinstance(err, tg.TelegramError):
+        return Failure(FailureKind.TRANSIENT, f"Telegram error: {message}")
+    if isinstance(err, KeyError):
+        # A 200 answer with ok=false, or a result without message_id, surfaces as KeyError.
+        return Failure(FailureKind.TRANSIENT, f"unexpected answer from the Bot API: {message}")
+    return Failure(FailureKind.TRANSIENT, f"unexpected error while sending: {message}")

@@ -1,0 +1,333 @@
+"""The ``outbox`` command: parses arguments, calls the package, prints the answer.
+
+Every flag has an environment twin (shown in ``--help``). Mistakes a person can make end in
+one line on stderr and a non-zero exit code (see the README), never a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import logging
+import os
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from outbox import admin
+from outbox.config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE,
+    DEFAULT_LEASE,
+    RelayConfig,
+    read_token,
+    telegram_api_url,
+)
+from outbox.db import resolve_url
+from outbox.durations import parse_duration
+from outbox.errors import InvalidInput, OutboxError
+from outbox.ratelimit import RateLimits
+from outbox.redact import configure_logging, redact
+from outbox.retry import RetryPolicy
+
+__all__ = ["main"]
+
+Handler = Callable[[argparse.Namespace], int]
+_LIMITS = RateLimits()
+_RETRY = RetryPolicy()
+
+
+def _env(name: str, default: Any, convert: Callable[[str], Any] = str) -> Any:
+    """Default from the environment twin, converted like the flag would be."""
+    raw = os.environ.get(name)
+    if raw is None or raw == "":
+        return default
+    try:
+        return convert(raw)
+    except (ValueError, InvalidInput) as err:
+        raise InvalidInput(f"{name}={raw!r} is not valid: {err}") from None
+
+
+def _flag_bool(raw: str) -> bool:
+    value = raw.strip().lower()
+    if value in {"1", "true", "yes", "on"}:
+        return True
+    if value in {"0", "false", "no", "off"}:
+        return False
+    raise ValueError("expected true or false")
+
+
+def _seconds(raw: str) -> float:
+    return parse_duration(raw).total_seconds()
+
+
+def _positive_int(raw: str) -> int:
+    value = int(raw)
+    if value < 1:
+        raise ValueError("must be at least 1")
+    return value
+
+
+def _non_negative_float(raw: str) -> float:
+    value = float(raw)
+    if value < 0:
+        raise ValueError("cannot be negative")
+    return value
+
+
+class _Parser(argparse.ArgumentParser):
+    def add(
+        self,
+        *flags: str,
+        env: str,
+        default: Any,
+        convert: Callable[[str], Any] = str,
+        help: str,
+        **kwargs: Any,
+    ) -> None:
+        """A flag whose default comes from its environment twin."""
+        kwargs.setdefault("type", convert)
+        self.add_argument(
+            *flags, default=_env(env, default, convert), help=f"{help} [env: {env}]", **kwargs
+        )
+
+
+def _add_database(parser: _Parser) -> None:
+    parser.add(
+        "--database-url",
+        env="OUTBOX_DATABASE_URL",
+        default=None,
+        help="PostgreSQL URL; unset: the embedded server in ./.outbox",
+    )
+
+
+def _add_json(parser: _Parser) -> None:
+    parser.add(
+        "--json",
+        env="OUTBOX_JSON",
+        default=False,
+        convert=_flag_bool,
+        nargs="?",
+        const=True,
+        help="print JSON instead of a table",
+    )
+
+
+def _relay_flags(parser: _Parser) -> None:
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="claim and send one batch, then exit")
+    mode.add_argument("--drain", action="store_true", help="exit once nothing is due")
+    parser.add(
+        "--concurrency",
+        env="OUTBOX_CONCURRENCY",
+        default=DEFAULT_CONCURRENCY,
+        convert=_positive_int,
+        help="sends in flight at once",
+    )
+    parser.add(
+        "--batch-size",
+        env="OUTBOX_BATCH_SIZE",
+        default=DEFAULT_BATCH_SIZE,
+        convert=_positive_int,
+        help="rows claimed per round trip at most",
+    )
+    parser.add(
+        "--poll-only",
+        env="OUTBOX_POLL_ONLY",
+        default=False,
+        convert=_flag_bool,
+        nargs="?",
+        const=True,
+        help="no LISTEN/NOTIFY (PgBouncer transaction pooling)",
+    )
+    parser.add(
+        "--poll-interval",
+        env="OUTBOX_POLL_INTERVAL",
+        default=None,
+        convert=_seconds,
+        help="look for due rows at least this often (default 30s, 1s with --poll-only)",
+    )
+    parser.add(
+        "--rate-limit",
+        env="OUTBOX_RATE_LIMIT",
+        default=_LIMITS.per_bot,
+        convert=_non_negative_float,
+        help="messages/s per bot; 0 switches it off",
+    )
+    parser.add(
+        "--chat-rate-limit",
+        env="OUTBOX_CHAT_RATE_LIMIT",
+        default=_LIMITS.per_chat,
+        convert=_non_negative_float,
+        help="messages/s per private chat; 0: off",
+    )
+    parser.add(
+        "--group-rate-limit",
+        env="OUTBOX_GROUP_RATE_LIMIT",
+        default=_LIMITS.per_group_per_minute,
+        convert=_non_negative_float,
+        help="messages/min per group; 0: off",
+    )
+    parser.add(
+        "--max-attempts",
+        env="OUTBOX_MAX_ATTEMPTS",
+        default=_RETRY.max_attempts,
+        convert=_positive_int,
+        help="attempts before a row goes to xato",
+    )
+    parser.add(
+        "--backoff-base",
+        env="OUTBOX_BACKOFF_BASE",
+        default=_RETRY.base_seconds,
+        convert=_seconds,
+        help="first retry delay; doubles each attempt",
+    )
+    parser.add(
+        "--lease",
+        env="OUTBOX_LEASE",
+        default=DEFAULT_LEASE,
+        convert=_seconds,
+        help="a claim older than this is reaped",
+    )
+    parser.add(
+        "--grace",
+        env="OUTBOX_GRACE",
+        default=DEFAULT_GRACE,
+        convert=_seconds,
+        help="on SIGTERM, how long in-flight sends may finish",
+    )
+
+
+def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
+    poll_interval = args.poll_interval or (1.0 if args.poll_only else 30.0)
+    return RelayConfig(
+        database_url=url,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        poll_only=args.poll_only,
+        poll_interval=poll_interval,
+        lease_seconds=args.lease,
+        grace_seconds=args.grace,
+        retry=RetryPolicy(max_attempts=args.max_attempts, base_seconds=args.backoff_base),
+        rate_limits=RateLimits(
+            per_bot=args.rate_limit,
+            per_chat=args.chat_rate_limit,
+            per_group_per_minute=args.group_rate_limit,
+        ),
+    )
+
+
+def _cmd_relay(args: argparse.Namespace) -> int:
+    from outbox.relay import Relay  # noqa: PLC0415 - heavy imports only for the relay
+    from outbox.telegram import TelegramSender  # noqa: PLC0415
+
+    token = read_token()
+    api_url = telegram_api_url()
+    config = _relay_config(args, resolve_url(args.database_url))
+    sender = TelegramSender(token, api_url=api_url, pool_size=config.concurrency)
+
+    async def run() -> int:
+        relay = Relay(config, sender)
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, relay.stop)
+        async with relay:
+            summary = await relay.run_once() if args.once else await relay.run(drain=args.drain)
+        print(
+            f"relay stopped: {summary.sent} sent, {summary.already_sent} already sent, "
+            f"{summary.retried} to retry, {summary.failed} failed, "
+            f"{summary.released} released"
+        )
+        return 0
+
+    return asyncio.run(run())
+
+
+def _cmd_migrate(args: argparse.Namespace) -> int:
+    from outbox.migrate import upgrade  # noqa: PLC0415
+
+    upgrade(resolve_url(args.database_url))
+    print("database is up to date")
+    return 0
+
+
+def _cmd_fake_telegram(args: argparse.Namespace) -> int:
+    from outbox.fake_telegram import serve_forever  # noqa: PLC0415
+
+    token = os.environ.get("TELEGRAM_BOT_TOKEN") or None
+    asyncio.run(serve_forever(args.host, args.port, token, args.latency, args.enforce_limits))
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from outbox.demo import run_demo  # noqa: PLC0415
+
+    result: int = run_demo()
+    return result
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = _Parser(prog="outbox", description="Transactional outbox relay for Telegram.")
+    parser.add(
+        "--log-level",
+        env="OUTBOX_LOG_LEVEL",
+        default="INFO",
+        convert=str.upper,
+        help="DEBUG, INFO, WARNING or ERROR",
+    )
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
+
+    def command(name: str, handler: Handler, help: str) -> _Parser:
+        p: _Parser = sub.add_parser(name, help=help, description=help)
+        p.set_defaults(handler=handler)
+        return p
+
+    _add_database(command("migrate", _cmd_migrate, "apply the database migrations"))
+    relay = command("relay", _cmd_relay, "send due messages to Telegram until stopped")
+    _add_database(relay)
+    _relay_flags(relay)
+    admin.add_commands(command, _add_database, _add_json)
+    fake = command("fake-telegram", _cmd_fake_telegram, "a local stand-in for the Bot API")
+    fake.add("--host", env="OUTBOX_FAKE_HOST", default="127.0.0.1", help="address to bind")
+    fake.add("--port", env="OUTBOX_FAKE_PORT", default=8081, convert=int, help="port to bind")
+    fake.add(
+        "--latency",
+        env="OUTBOX_FAKE_LATENCY",
+        default=0.0,
+        convert=_seconds,
+        help="delay every answer, e.g. 100ms",
+    )
+    fake.add(
+        "--enforce-limits",
+        env="OUTBOX_FAKE_ENFORCE_LIMITS",
+        default=False,
+        convert=_flag_bool,
+        nargs="?",
+        const=True,
+        help="answer 429 over Telegram's limits",
+    )
+    command("demo", _cmd_demo, "the whole story on the embedded defaults")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    try:
+        parser = build_parser()
+        args = parser.parse_args(argv)
+        level = getattr(logging, args.log_level, None)
+        if not isinstance(level, int):
+            raise InvalidInput(f"unknown log level {args.log_level!r}")
+        configure_logging(level)
+        handler: Handler = args.handler
+        return handler(args)
+    except OutboxError as err:
+        print(f"outbox: {redact(str(err))}", file=sys.stderr)
+        return err.exit_code
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,78 @@
+"""The relay's configuration: one frozen object with named defaults, validated when built."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from outbox.errors import ConfigError
+from outbox.ratelimit import RateLimits
+from outbox.retry import RetryPolicy
+from outbox.telegram import DEFAULT_API_URL
+
+__all__ = ["RelayConfig", "read_token", "telegram_api_url"]
+
+DEFAULT_CONCURRENCY = 64  # enough sends in flight for a 100 ms Bot API round trip
+DEFAULT_BATCH_SIZE = 64
+DEFAULT_POLL_INTERVAL = 30.0
+DEFAULT_POLL_ONLY_INTERVAL = 1.0
+DEFAULT_LEASE = 300.0
+DEFAULT_GRACE = 10.0
+
+
+@dataclass(frozen=True, slots=True)
+class RelayConfig:
+    database_url: str
+    concurrency: int = DEFAULT_CONCURRENCY
+    batch_size: int = DEFAULT_BATCH_SIZE
+    poll_interval: float = DEFAULT_POLL_INTERVAL
+    poll_only: bool = False  # no LISTEN: for PgBouncer in transaction pooling
+    lease_seconds: float = DEFAULT_LEASE
+    reap_interval: float = 60.0
+    grace_seconds: float = DEFAULT_GRACE  # shutdown: how long in-flight sends may finish
+    flush_interval: float = 0.02  # results are written at least this often...
+    flush_size: int = 256  # ...or as soon as this many are waiting
+    max_chat_hold: float = 1.0  # a message waiting longer for its chat goes back to the queue
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    rate_limits: RateLimits = field(default_factory=RateLimits)
+
+    def __post_init__(self) -> None:
+        for name in ("concurrency", "batch_size", "flush_size"):
+            if getattr(self, name) < 1:
+                raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
+        for name in ("poll_interval", "lease_seconds", "reap_interval", "flush_interval"):
+            if getattr(self, name) <= 0:
+                raise ConfigError(f"{name.replace('_', '-')} must be positive")
+        if self.grace_seconds < 0:
+            raise ConfigError("grace period cannot be negative")
+
+
+def read_token(env: dict[str, str] | None = None) -> str:
+    """The bot token from TELEGRAM_BOT_TOKEN or the file named by TELEGRAM_BOT_TOKEN_FILE."""
+    env = dict(os.environ) if env is None else env
+    token = env.get("TELEGRAM_BOT_TOKEN", "").strip()
+    path = env.get("TELEGRAM_BOT_TOKEN_FILE", "").strip()
+    if not token and path:
+        try:
+            token = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as err:
+            raise ConfigError(
+                f"cannot read TELEGRAM_BOT_TOKEN_FILE {path}: {err.strerror}"
+            ) from None
+    if not token:
+        raise ConfigError(
+            "no bot token: set TELEGRAM_BOT_TOKEN or TELEGRAM_BOT_TOKEN_FILE "
+            "(the token is never accepted on the command line)"
+        )
+    if ":" not in token:
+        raise ConfigError("the bot token does not look like a Telegram token (<digits>:<secret>)")
+    return token
+
+
+def telegram_api_url(env: dict[str, str] | None = None) -> str:
+    env = dict(os.environ) if env is None else env
+    url = env.get("OUTBOX_TELEGRAM_API_URL", "").strip() or DEFAULT_API_URL
+    if not url.startswith(("http://", "https://")) or len(url.split("://", 1)[1]) == 0:
+        raise ConfigError(f"OUTBOX_TELEGRAM_API_URL must be an http(s) URL, got {url!r}")
+    return url

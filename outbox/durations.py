@@ -1,0 +1,48 @@
+"""Durations as people type them: ``90``, ``30s``, ``5m``, ``1h30m``, ``7d``, ``100ms``."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+from outbox.errors import InvalidInput
+
+__all__ = ["format_duration", "parse_duration"]
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a duration; a bare number is seconds. Raises ``InvalidInput`` with the reason."""
+    raw = text.strip().lower().replace(" ", "")
+    if not raw:
+        raise InvalidInput("empty duration")
+    try:
+        seconds = float(raw)
+    except ValueError:
+        pos, seconds = 0, 0.0
+        for match in _PART.finditer(raw):
+            if match.start() != pos:
+                break
+            seconds += float(match.group(1)) * _UNITS[match.group(2)]
+            pos = match.end()
+        if pos != len(raw) or pos == 0:
+            raise InvalidInput(
+                f"cannot read duration {text!r}: use e.g. 30s, 5m, 1h30m, 7d"
+            ) from None
+    if seconds < 0:
+        raise InvalidInput(f"duration {text!r} is negative")
+    return timedelta(seconds=seconds)
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form: 45s, 12m, 3h05m, 2d04h."""
+    s = round(seconds)
+    if s < 60:
+        return f"{s}s"
+    if s < 3600:
+        return f"{s // 60}m"
+    if s < 86400:
+        return f"{s // 3600}h{s % 3600 // 60:02d}m"
+    return f"{s // 86400}d{s % 86400 // 3600:02d}h"

@@ -1,0 +1,46 @@
+"""Keeps the bot token out of every log line, error text and database row."""
+
+from __future__ import annotations
+
+import logging
+import re
+
+__all__ = ["RedactingFormatter", "configure_logging", "redact", "register_secret"]
+
+# Anything shaped like a bot token, with or without the "bot" prefix of Bot API URLs.
+_TOKEN_PATTERN = re.compile(r"\d{3,}:[A-Za-z0-9_-]{10,}")
+_secrets: set[str] = set()
+
+
+def register_secret(secret: str) -> None:
+    """Remember a secret so that ``redact`` removes it even if it has an unusual shape."""
+    if secret:
+        _secrets.add(secret)
+
+
+def redact(text: str) -> str:
+    for secret in _secrets:
+        text = text.replace(secret, "[token]")
+    return _TOKEN_PATTERN.sub("[token]", text)
+
+
+class RedactingFormatter(logging.Formatter):
+    """Redacts the whole formatted record, traceback included."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact(super().format(record))
+
+
+def configure_logging(level: int = logging.INFO) -> None:
+    """Log to stderr through the redacting formatter; quiet the libraries that log URLs."""
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    root.handlers[:] = [handler]
+    root.setLevel(level)
+    # httpx logs every request URL (which holds the token) at INFO; telegram logs URLs and
+    # message texts at DEBUG.
+    logging.getLogger("pgserver").setLevel(max(level, logging.WARNING))
+    for name in ("httpx", "httpcore"):
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
+    logging.getLogger("telegram").setLevel(max(level, logging.INFO))

@@ -1,0 +1,137 @@
+"""Sending through python-telegram-bot, and the payload contract of an outbox row."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from telegram import Bot
+from telegram import error as tg
+from telegram.constants import MessageLimit
+from telegram.request import HTTPXRequest
+
+from outbox.classify import MalformedPayload
+from outbox.errors import ConfigError, TelegramUnauthorized
+from outbox.redact import redact, register_secret
+
+__all__ = ["NullSender", "Sender", "SentMessage", "TelegramSender", "send_message_args"]
+
+DEFAULT_API_URL = "https://api.telegram.org"
+
+_OPTIONAL_FLAGS = ("disable_notification", "protect_content")
+_ALLOWED_KEYS = {"chat_id", "text", "parse_mode", "message_thread_id", *_OPTIONAL_FLAGS}
+
+
+@dataclass(frozen=True, slots=True)
+class SentMessage:
+    chat_id: int
+    message_id: int
+
+
+class Sender(Protocol):
+    """What the relay needs from a messenger; python-telegram-bot in production."""
+
+    async def start(self) -> None: ...
+
+    async def send(self, args: Mapping[str, Any]) -> SentMessage: ...
+
+    async def close(self) -> None: ...
+
+
+def send_message_args(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """Validate a payload and turn it into ``sendMessage`` arguments."""
+    unknown = set(payload) - _ALLOWED_KEYS
+    if unknown:
+        raise MalformedPayload(f"unknown field(s) {', '.join(sorted(unknown))}")
+    chat_id = payload.get("chat_id")
+    if isinstance(chat_id, bool) or not isinstance(chat_id, int | str) or chat_id == "":
+        raise MalformedPayload("chat_id must be an integer or an @channel name")
+    if isinstance(chat_id, str) and not chat_id.startswith("@"):
+        try:
+            chat_id = int(chat_id)
+        except ValueError:
+            raise MalformedPayload(f"chat_id {chat_id!r} is not a number") from None
+    text = payload.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise MalformedPayload("text must be a non-empty string")
+    if "parse_mode" not in payload and len(text) > MessageLimit.MAX_TEXT_LENGTH:
+        raise MalformedPayload(
+            f"text is {len(text)} characters; Telegram allows {MessageLimit.MAX_TEXT_LENGTH}"
+        )
+    args: dict[str, Any] = {"chat_id": chat_id, "text": text}
+    for key in ("parse_mode", "message_thread_id", *_OPTIONAL_FLAGS):
+        if key in payload:
+            args[key] = payload[key]
+    return args
+
+
+class TelegramSender:
+    """python-telegram-bot's real HTTP stack, with a connection pool sized for the relay."""
+
+    def __init__(
+        self,
+        token: str,
+        *,
+        api_url: str = DEFAULT_API_URL,
+        pool_size: int = 64,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 10.0,
+    ) -> None:
+        register_secret(token)
+        request = HTTPXRequest(
+            connection_pool_size=pool_size,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            write_timeout=read_timeout,
+            pool_timeout=connect_timeout,
+        )
+        self._bot = Bot(token, base_url=api_url.rstrip("/") + "/bot", request=request)
+
+    def __repr__(self) -> str:  # the Bot's own repr shows the token
+        return "TelegramSender()"
+
+    async def start(self) -> None:
+        """Check the token with getMe; a rejected token is fatal for the relay."""
+        try:
+            await self._bot.initialize()
+        except tg.InvalidToken:
+            raise TelegramUnauthorized(
+                "Telegram rejected the bot token (check TELEGRAM_BOT_TOKEN)"
+            ) from None
+        except tg.NetworkError as err:
+            raise ConfigError(
+                f"cannot reach the Telegram Bot API (check OUTBOX_TELEGRAM_API_URL): "
+                f"{redact(str(err))}"
+            ) from None
+
+    async def send(self, args: Mapping[str, Any]) -> SentMessage:
+        message = await self._bot.send_message(**args)
+        return SentMessage(chat_id=message.chat_id, message_id=message.message_id)
+
+    async def close(self) -> None:
+        await self._bot.shutdown()
+
+
+class NullSender:
+    """Sends nothing and succeeds after ``delay`` seconds: for measuring the database path."""
+
+    def __init__(self, delay: float = 0.0) -> None:
+        self._delay = delay
+        self._next_id = 0
+
+    async def start(self) -> None:
+        return None
+
+    async def send(self, args: Mapping[str, Any]) -> SentMessage:
+        if self._delay:
+            await asyncio.sleep(self._delay)
+        self._next_id += 1
+        chat_id = args["chat_id"]
+        return SentMessage(
+            chat_id=chat_id if isinstance(chat_id, int) else 0, message_id=self._next_id
+        )
+
+    async def close(self) -> None:
+        return None
