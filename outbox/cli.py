@@ -46,7 +46,7 @@ def _env(name: str, default: Any, convert: Callable[[str], Any] = str) -> Any:
         return default
     try:
         return convert(raw)
-    except (ValueError, InvalidInput) as err:
+    except (ValueError, argparse.ArgumentTypeError) as err:
         raise InvalidInput(f"{name}={raw!r} is not valid: {err}") from None
 
 
@@ -60,20 +60,29 @@ def _flag_bool(raw: str) -> bool:
 
 
 def _seconds(raw: str) -> float:
-    return parse_duration(raw).total_seconds()
+    try:
+        return parse_duration(raw).total_seconds()
+    except InvalidInput as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
 
 
 def _positive_int(raw: str) -> int:
-    value = int(raw)
+    try:
+        value = int(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
     if value < 1:
-        raise ValueError("must be at least 1")
+        raise argparse.ArgumentTypeError(f"{raw!r} must be at least 1")
     return value
 
 
 def _non_negative_float(raw: str) -> float:
-    value = float(raw)
+    try:
+        value = float(raw)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a number") from None
     if value < 0:
-        raise ValueError("cannot be negative")
+        raise argparse.ArgumentTypeError(f"{raw!r} cannot be negative")
     return value
 
 

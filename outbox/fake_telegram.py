@@ -462,6 +462,8 @@ class FakeTelegram:
             message = self._deliver(chat_id, text, plain, parse_mode, token)
         if fault is not None and fault.kind == "drop":
             self._record(chat_id, method, at, 0)
+            if self.latency > 0:
+                await asyncio.sleep(self.latency)
             if request.transport is not None:
                 request.transport.close()
             return web.Response()  # never sent: the transport is closed
@@ -547,6 +549,8 @@ class FakeTelegram:
         return f"http://{host}:{self._port}"
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> None:
+        if self._runner is not None:
+            raise RuntimeError("the fake Telegram server is already running")
         app = web.Application()
         app.router.add_route("*", "/bot{token}/{method}", self._bot_api)
         app.router.add_get("/_fake/{what}", self._control_get)
@@ -566,14 +570,6 @@ class FakeTelegram:
         runner, self._runner = self._runner, None
         if runner is not None:
             await runner.cleanup()
-
-    async def __aenter__(self) -> FakeTelegram:
-        if self._runner is None:
-            await self.start()
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.stop()
 
     def start_in_thread(
         self, host: str = "127.0.0.1", port: int = 0, timeout: float = 10.0
@@ -621,12 +617,6 @@ class FakeTelegram:
         with contextlib.suppress(RuntimeError):  # loop already closed
             loop.call_soon_threadsafe(loop.stop)
         thread.join(timeout)
-
-    def __enter__(self) -> FakeTelegram:
-        return self if self._thread is not None else self.start_in_thread()
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop_thread()
 
 
 async def _read_params(request: web.Request) -> dict[str, Any]:

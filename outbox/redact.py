@@ -40,7 +40,9 @@ def configure_logging(level: int = logging.INFO) -> None:
     root.setLevel(level)
     # httpx logs every request URL (which holds the token) at INFO; telegram logs URLs and
     # message texts at DEBUG.
-    logging.getLogger("pgserver").setLevel(max(level, logging.WARNING))
+    # Library chatter (server start-up, migration steps) only when debugging.
+    for name in ("pgserver", "alembic"):
+        logging.getLogger(name).setLevel(max(level, logging.WARNING))
     for name in ("httpx", "httpcore"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
     logging.getLogger("telegram").setLevel(max(level, logging.INFO))

@@ -171,7 +171,8 @@ class Relay:
 
     async def run(self, *, drain: bool = False) -> RunSummary:
         """Relay until stopped (or, with ``drain``, until nothing is due and nothing in flight)."""
-        helpers = [asyncio.create_task(self._flush_forever(), name="outbox-flusher")]
+        flusher = asyncio.create_task(self._flush_forever(), name="outbox-flusher")
+        helpers: list[asyncio.Task[None]] = []
         if not self.config.poll_only:
             helpers.append(asyncio.create_task(self._listen_forever(), name="outbox-listener"))
         helpers.append(asyncio.create_task(self._maintain_forever(), name="outbox-maintenance"))
@@ -184,6 +185,9 @@ class Relay:
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
+            # The flusher is not cancelled mid-statement: it sees the stop and ends by itself.
+            self._flush_now.set()
+            await asyncio.gather(flusher, return_exceptions=True)
             await self._flush()
         self._raise_if_fatal()
         return self._total
@@ -281,7 +285,7 @@ class Relay:
                     self._wakeup.set()  # a retry may now be the earliest due row
 
     async def _flush_forever(self) -> None:
-        while True:
+        while not self._stopping.is_set():
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._flush_now.wait(), self.config.flush_interval)
             self._flush_now.clear()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -15,6 +16,10 @@ from telegram.request import HTTPXRequest
 from outbox.classify import MalformedPayload
 from outbox.errors import ConfigError, TelegramUnauthorized
 from outbox.redact import redact, register_secret
+
+# python-telegram-bot 22 warns on every 429 unless retry_after is a timedelta; we accept both
+# forms (outbox.classify), so opt in to the future form and keep the logs free of the warning.
+os.environ.setdefault("PTB_TIMEDELTA", "1")
 
 __all__ = ["NullSender", "Sender", "SentMessage", "TelegramSender", "send_message_args"]
 

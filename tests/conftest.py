@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from outbox import migrate
 from outbox.db import create_engine, normalize_url
 from outbox.embedded import embedded_url
+from outbox.fake_telegram import FakeTelegram
 
 TEST_TOKEN = "123456:TEST-token_for-fake"
 TEMPLATE = f"outbox_template_{os.getpid()}"
@@ -86,3 +87,11 @@ def empty_db_url(server_url: str) -> Iterator[str]:
     yield with_database(server_url, name)
     with _admin(server_url) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
+@pytest.fixture
+def fake_telegram() -> Iterator[FakeTelegram]:
+    """The fake Bot API on a free localhost port, accepting only TEST_TOKEN."""
+    fake = FakeTelegram(token=TEST_TOKEN).start_in_thread()
+    yield fake
+    fake.stop_thread()

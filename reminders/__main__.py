@@ -1,0 +1,9 @@
+"""``python -m reminders``: the same as the ``reminders`` command."""
+
+from __future__ import annotations
+
+import sys
+
+from reminders.cli import main
+
+sys.exit(main())

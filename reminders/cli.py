@@ -1,0 +1,304 @@
+"""The ``reminders`` command: parse, call the service in one transaction, print.
+
+Every command runs in one transaction, so a mistake found halfway changes nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable, Sequence
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from outbox.db import connect_errors, create_engine, resolve_url
+from outbox.errors import OutboxError
+from reminders import service
+from reminders.models import DEFAULT_TIME_ZONE, Task
+from reminders.parsing import (
+    format_duration,
+    parse_chat_id,
+    parse_due,
+    parse_durations,
+    parse_id,
+)
+
+__all__ = ["build_parser", "main"]
+
+PROG = "reminders"
+# Environment twins of the flags.
+ENV_DATABASE_URL = "OUTBOX_DATABASE_URL"
+ENV_USER = "REMINDERS_USER"
+ENV_TIME_ZONE = "REMINDERS_TZ"
+ENV_REMIND_BEFORE = "REMINDERS_REMIND_BEFORE"
+
+Handler = Callable[[Session, argparse.Namespace], None]
+
+
+class UsageError(Exception):
+    """Command-line syntax that argparse rejected."""
+
+
+class _Parser(argparse.ArgumentParser):
+    # One line instead of argparse's usage block: the error is what the person needs to see.
+    def error(self, message: str) -> NoReturn:
+        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+
+
+def _plural(count: int, noun: str) -> str:
+    return f"{count} {noun}" if count == 1 else f"{count} {noun}s"
+
+
+def _local_time(moment: datetime, time_zone: str) -> str:
+    return f"{moment.astimezone(ZoneInfo(time_zone)):%Y-%m-%d %H:%M %Z}"
+
+
+def _remind_before(args: argparse.Namespace) -> list[timedelta] | None:
+    """The offsets from the flags, else from the environment, else None (the default)."""
+    texts = args.remind_before or (
+        [os.environ[ENV_REMIND_BEFORE]] if os.environ.get(ENV_REMIND_BEFORE) else []
+    )
+    return parse_durations(texts) if texts else None
+
+
+def _say_overdue(task: Task) -> None:
+    print(
+        f"{PROG}: task {task.id} is overdue (it was due "
+        f"{_local_time(task.due, task.user.time_zone)}): no reminder will be sent",
+        file=sys.stderr,
+    )
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+
+def _user_add(session: Session, args: argparse.Namespace) -> None:
+    user = service.create_user(
+        session, name=args.name, chat_id=parse_chat_id(args.chat_id), tz=args.tz
+    )
+    print(user.id)
+
+
+def _add(session: Session, args: argparse.Namespace) -> None:
+    offsets = _remind_before(args)
+    user = service.get_user(session, parse_id("user", args.user))
+    due = parse_due(args.due, user.time_zone)
+    created = service.create_task(
+        session,
+        user_id=user.id,
+        title=args.title,
+        due=due,
+        remind_before=service.DEFAULT_REMIND_BEFORE if offsets is None else offsets,
+    )
+    print(created.task.id)
+    if created.overdue:
+        _say_overdue(created.task)
+
+
+def _done(session: Session, args: argparse.Namespace) -> None:
+    changed = service.complete_task(session, parse_id("task", args.id))
+    print(
+        f"task {changed.task.id} is done; {_plural(changed.cancelled, 'unsent reminder')} withdrawn"
+    )
+
+
+def _delete(session: Session, args: argparse.Namespace) -> None:
+    task_id = parse_id("task", args.id)
+    cancelled = service.delete_task(session, task_id)
+    print(f"task {task_id} deleted; {_plural(cancelled, 'unsent reminder')} withdrawn")
+
+
+def _reschedule(session: Session, args: argparse.Namespace) -> None:
+    offsets = _remind_before(args)
+    task = service.get_task(session, parse_id("task", args.id))
+    due = parse_due(args.due, task.user.time_zone)
+    changed = service.reschedule_task(session, task.id, due, remind_before=offsets)
+    print(
+        f"task {task.id} is now due {_local_time(task.due, task.user.time_zone)}; "
+        f"{_plural(len(changed.reminders), 'reminder')} scheduled, "
+        f"{_plural(changed.cancelled, 'unsent reminder')} withdrawn"
+    )
+    if changed.overdue:
+        _say_overdue(changed.task)
+
+
+def _rename(session: Session, args: argparse.Namespace) -> None:
+    changed = service.rename_task(session, parse_id("task", args.id), args.title)
+    print(
+        f"task {changed.task.id} renamed; "
+        f"{_plural(len(changed.reminders), 'unsent reminder')} updated"
+    )
+
+
+def _task_as_json(task: Task) -> dict[str, Any]:
+    return {
+        "id": task.id,
+        "user_id": task.user_id,
+        "title": task.title,
+        "due": task.due.astimezone(ZoneInfo(task.user.time_zone)).isoformat(),
+        "time_zone": task.user.time_zone,
+        "remind_before_seconds": list(task.remind_before_seconds),
+        "done": task.done,
+    }
+
+
+def _one_line(text: str, width: int = 60) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= width else flat[: width - 1] + "…"
+
+
+def _list(session: Session, args: argparse.Namespace) -> None:
+    user_id = None if args.user is None else parse_id("user", args.user)
+    tasks = service.list_tasks(session, user_id)
+    if args.json:
+        print(json.dumps([_task_as_json(t) for t in tasks], ensure_ascii=False, indent=2))
+        return
+    if not tasks:
+        print("no tasks")
+        return
+    rows = [("ID", "USER", "DUE", "REMIND", "DONE", "TITLE")]
+    rows += [
+        (
+            str(t.id),
+            str(t.user_id),
+            _local_time(t.due, t.user.time_zone),
+            ",".join(format_duration(s) for s in t.remind_before_seconds),
+            "yes" if t.done else "no",
+            _one_line(t.title),
+        )
+        for t in tasks
+    ]
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
+# --- the parser --------------------------------------------------------------------------------
+
+
+def _env_flag(
+    parser: argparse.ArgumentParser,
+    flag: str,
+    env: str,
+    *,
+    help_text: str,
+    default: str | None = None,
+    required: bool = False,
+    metavar: str | None = None,
+) -> None:
+    """A flag whose default comes from the environment; required only if the variable is unset."""
+    value = os.environ.get(env) or default
+    parser.add_argument(
+        flag,
+        default=value,
+        required=required and value is None,
+        metavar=metavar,
+        help=f"{help_text} (env {env})",
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    common = _Parser(add_help=False)
+    _env_flag(
+        common,
+        "--database-url",
+        ENV_DATABASE_URL,
+        metavar="URL",
+        help_text="PostgreSQL URL; unset: the embedded server in ./.outbox",
+    )
+    parser = _Parser(prog=PROG, description="Tasks with Telegram reminders (the vazifalar side).")
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    user = commands.add_parser("user", help="manage users")
+    user_commands = user.add_subparsers(dest="user_command", required=True, metavar="COMMAND")
+    user_add = user_commands.add_parser("add", parents=[common], help="add a user; prints the id")
+    user_add.add_argument("--name", required=True, help="the user's name")
+    user_add.add_argument("--chat-id", required=True, help="the Telegram chat id (a number)")
+    _env_flag(
+        user_add, "--tz", ENV_TIME_ZONE, default=DEFAULT_TIME_ZONE, help_text="IANA time zone"
+    )
+    user_add.set_defaults(handler=_user_add)
+
+    due_help = "YYYY-MM-DD HH:MM in the user's time zone, or ISO 8601 with an offset"
+    before_help = (
+        "remind this long before the due time: 30m, 1h, 1d, 1h30m; repeatable "
+        f"(default 1h; env {ENV_REMIND_BEFORE}, comma-separated)"
+    )
+
+    add = commands.add_parser("add", parents=[common], help="add a task; prints the id")
+    add.add_argument("title", metavar="TITLE")
+    _env_flag(add, "--user", ENV_USER, required=True, metavar="ID", help_text="the owner's user id")
+    add.add_argument("--due", required=True, metavar="WHEN", help=due_help)
+    add.add_argument("--remind-before", action="append", metavar="DURATION", help=before_help)
+    add.set_defaults(handler=_add)
+
+    done = commands.add_parser("done", parents=[common], help="complete a task")
+    done.add_argument("id", metavar="ID")
+    done.set_defaults(handler=_done)
+
+    delete = commands.add_parser("delete", parents=[common], help="delete a task")
+    delete.add_argument("id", metavar="ID")
+    delete.set_defaults(handler=_delete)
+
+    reschedule = commands.add_parser("reschedule", parents=[common], help="move a due time")
+    reschedule.add_argument("id", metavar="ID")
+    reschedule.add_argument("--due", required=True, metavar="WHEN", help=due_help)
+    reschedule.add_argument(
+        "--remind-before", action="append", metavar="DURATION", help=before_help
+    )
+    reschedule.set_defaults(handler=_reschedule)
+
+    rename = commands.add_parser("rename", parents=[common], help="change a title")
+    rename.add_argument("id", metavar="ID")
+    rename.add_argument("title", metavar="TITLE")
+    rename.set_defaults(handler=_rename)
+
+    listing = commands.add_parser("list", parents=[common], help="list tasks by due time")
+    _env_flag(listing, "--user", ENV_USER, metavar="ID", help_text="only this user's tasks")
+    listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    listing.set_defaults(handler=_list)
+    return parser
+
+
+def _run(args: argparse.Namespace) -> None:
+    handler: Handler = args.handler
+    url = resolve_url(args.database_url)
+    engine = create_engine(url)
+    try:
+        with connect_errors(url), Session(engine) as session, session.begin():
+            handler(session, args)
+    finally:
+        engine.dispose()
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; return the exit code (0 ok, 2 bad input, 3-5 configuration/database)."""
+    try:
+        _run(build_parser().parse_args(argv))
+    except UsageError as err:
+        print(err, file=sys.stderr)
+        return 2
+    except OutboxError as err:
+        print(f"{PROG}: {err}", file=sys.stderr)
+        return err.exit_code
+    except sa.exc.SQLAlchemyError as err:
+        reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
+        print(f"{PROG}: database error: {reason}", file=sys.stderr)
+        return 1
+    except SystemExit as exit_:  # --help
+        return exit_.code if isinstance(exit_.code, int) else 0
+    except KeyboardInterrupt:
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,340 @@
+"""The vazifalar API: called inside the app's own session and transaction, never commits.
+
+Every change to a task and to its reminders in the outbox happens in the caller's transaction:
+commit and both are there, roll back and neither is. A task row is locked (``SELECT ... FOR
+UPDATE``) before it changes, so that concurrent changes of one task happen one after another.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session, selectinload
+
+import outbox
+from outbox.errors import InvalidInput, NotFound
+from reminders.messages import reminder_payload
+from reminders.models import DEFAULT_TIME_ZONE, Task, User
+
+__all__ = [
+    "DEFAULT_REMIND_BEFORE",
+    "ScheduledReminder",
+    "TaskChanged",
+    "TaskCreated",
+    "complete_task",
+    "create_task",
+    "create_user",
+    "delete_task",
+    "get_task",
+    "get_user",
+    "list_tasks",
+    "reminder_key",
+    "rename_task",
+    "reschedule_task",
+    "validate_time_zone",
+]
+
+DEFAULT_REMIND_BEFORE: tuple[timedelta, ...] = (timedelta(hours=1),)
+
+_BIGINT_MAX = 2**63 - 1
+_INTEGER_MAX = 2**31 - 1  # eslatma_oldin is integer[]
+# Names the zone database accepts that do not name a place: the host's own zone and a stub.
+_NOT_PLACES = frozenset({"localtime", "posixrules", "Factory"})
+
+
+@dataclass(frozen=True, slots=True)
+class ScheduledReminder:
+    """One reminder of a task, as enqueued in the outbox."""
+
+    offset: timedelta  # how long before the due time
+    key: str  # the outbox key: (task, offset, due time)
+    outbox_id: int
+    run_at: datetime  # not sent before this; the transaction's time when the moment has passed
+    created: bool  # False: the outbox already held this message (for example, already sent)
+
+
+@dataclass(frozen=True, slots=True)
+class TaskCreated:
+    task: Task
+    reminders: tuple[ScheduledReminder, ...]
+    overdue: bool  # the due time had already passed: no reminder was enqueued
+
+
+@dataclass(frozen=True, slots=True)
+class TaskChanged:
+    task: Task
+    reminders: tuple[ScheduledReminder, ...]  # enqueued by this change
+    cancelled: int  # unsent reminders withdrawn from the outbox by this change
+    overdue: bool  # the (new) due time has passed: no new reminder was enqueued
+
+
+def reminder_key(task_id: int, offset_seconds: int, due: datetime) -> str:
+    """The outbox key of one reminder.
+
+    A rescheduled reminder is a new message (new due time, new key); a retried or re-enqueued
+    one is the same message, so the relay's sent marker stops a second send.
+    """
+    return f"vazifa:{task_id}:{offset_seconds}:{math.floor(due.timestamp())}"
+
+
+# --- validation: one clear line per mistake --------------------------------------------------
+
+
+def _check_id(what: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{what} id must be a whole number, got {value!r}")
+    if not 1 <= value <= _BIGINT_MAX:
+        raise NotFound(f"{what} {value} does not exist")
+    return value
+
+
+def _check_text(what: str, value: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidInput(f"the {what} is empty")
+    return value.strip()
+
+
+def validate_time_zone(name: str) -> str:
+    """``name`` if it is an IANA time zone (``Asia/Tashkent``), else ``InvalidInput``."""
+    name = name.strip() if isinstance(name, str) else name
+    hint = "use an IANA name such as Asia/Tashkent or Europe/Berlin"
+    if not isinstance(name, str) or not name or name in _NOT_PLACES:
+        raise InvalidInput(f"unknown time zone {name!r}: {hint}")
+    try:
+        ZoneInfo(name)
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise InvalidInput(f"unknown time zone {name!r}: {hint}") from None
+    return name
+
+
+def _check_due(due: datetime) -> datetime:
+    if not isinstance(due, datetime):
+        raise InvalidInput(f"the due time must be a datetime, got {due!r}")
+    if due.tzinfo is None or due.utcoffset() is None:
+        raise InvalidInput(
+            f"the due time {due.isoformat(sep=' ')} has no time zone: pass an aware datetime"
+        )
+    return due
+
+
+def _check_offsets(remind_before: Sequence[timedelta]) -> list[int]:
+    """Offsets in whole seconds, largest first, without repeats."""
+    seconds: set[int] = set()
+    for offset in remind_before:
+        if not isinstance(offset, timedelta):
+            raise InvalidInput(f"a reminder offset must be a timedelta, got {offset!r}")
+        if offset < timedelta(0):
+            raise InvalidInput(f"a reminder offset cannot be negative, got {offset}")
+        if offset.total_seconds() > _INTEGER_MAX:
+            raise InvalidInput(f"a reminder offset is too large: {offset}")
+        seconds.add(int(offset.total_seconds()))
+    if not seconds:
+        raise InvalidInput("a task needs at least one reminder offset")
+    return sorted(seconds, reverse=True)
+
+
+# --- reading ------------------------------------------------------------------------------
+
+
+def get_user(session: Session, user_id: int) -> User:
+    user = session.get(User, _check_id("user", user_id))
+    if user is None:
+        raise NotFound(f"user {user_id} does not exist")
+    return user
+
+
+def get_task(session: Session, task_id: int) -> Task:
+    task = session.get(Task, _check_id("task", task_id))
+    if task is None:
+        raise NotFound(f"task {task_id} does not exist")
+    return task
+
+
+def list_tasks(
+    session: Session, user_id: int | None = None, *, include_done: bool = True
+) -> list[Task]:
+    """Tasks by due time (their users loaded), of one user or of everyone."""
+    query = sa.select(Task).options(selectinload(Task.user)).order_by(Task.due, Task.id)
+    if user_id is not None:
+        query = query.where(Task.user_id == get_user(session, user_id).id)
+    if not include_done:
+        query = query.where(Task.done.is_(False))
+    return list(session.scalars(query))
+
+
+# --- reminders in the outbox -----------------------------------------------------------------
+
+
+def _database_now(session: Session) -> datetime:
+    # The relay decides what is due by the database clock; so does the domain.
+    return session.execute(sa.select(sa.func.now())).scalar_one()
+
+
+def _current_keys(task: Task) -> list[str]:
+    return [reminder_key(task.id, s, task.due) for s in task.remind_before_seconds]
+
+
+def _enqueue_reminder(
+    session: Session, task: Task, offset_seconds: int, now: datetime
+) -> ScheduledReminder:
+    moment = task.due - timedelta(seconds=offset_seconds)
+    send_at = max(moment, now)
+    payload = reminder_payload(
+        chat_id=task.user.chat_id,
+        title=task.title,
+        due=task.due,
+        time_zone=task.user.time_zone,
+        send_at=send_at,
+    )
+    key = reminder_key(task.id, offset_seconds, task.due)
+    # run_at=None: the outbox's "now", so a moment that has passed goes out at once.
+    enqueued = outbox.enqueue(
+        session, key=key, payload=payload, run_at=moment if moment > now else None
+    )
+    return ScheduledReminder(
+        offset=timedelta(seconds=offset_seconds),
+        key=key,
+        outbox_id=enqueued.id,
+        run_at=send_at,
+        created=enqueued.created,
+    )
+
+
+def _offsets_to_send(task: Task, now: datetime) -> list[int]:
+    """The offsets that get a reminder: all in the future, plus one for the moments passed.
+
+    Several moments that have passed would all go out at once with the same text; the one
+    closest to now (the smallest offset) stands for them.
+    """
+    future = [s for s in task.remind_before_seconds if task.due - timedelta(seconds=s) > now]
+    passed = [s for s in task.remind_before_seconds if s not in future]
+    return future + ([min(passed)] if passed else [])
+
+
+def _schedule(session: Session, task: Task) -> tuple[tuple[ScheduledReminder, ...], bool]:
+    """Enqueue the task's reminders for its due time; ``((), True)`` when it is overdue."""
+    now = _database_now(session)
+    if task.due <= now:
+        return (), True
+    return tuple(
+        _enqueue_reminder(session, task, s, now) for s in _offsets_to_send(task, now)
+    ), False
+
+
+def _lock_task(session: Session, task_id: int) -> Task:
+    # populate_existing: the row as it is now that it is locked, not as the session last saw it.
+    task = session.get(
+        Task, _check_id("task", task_id), populate_existing=True
+    )
+    if task is None:
+        raise NotFound(f"task {task_id} does not exist")
+    return task
+
+
+# --- changing ------------------------------------------------------------------------------
+
+
+def create_user(session: Session, *, name: str, chat_id: int, tz: str = DEFAULT_TIME_ZONE) -> User:
+    """Add a user who gets reminders in Telegram chat ``chat_id``, shown in time zone ``tz``."""
+    name = _check_text("user's name", name)
+    if isinstance(chat_id, bool) or not isinstance(chat_id, int):
+        raise InvalidInput(f"the chat id must be a whole number, got {chat_id!r}")
+    if not -_BIGINT_MAX <= chat_id <= _BIGINT_MAX:
+        raise InvalidInput(f"the chat id {chat_id} is out of range")
+    user = User(name=name, chat_id=chat_id, time_zone=validate_time_zone(tz))
+    session.add(user)
+    session.flush()
+    return user
+
+
+def create_task(
+    session: Session,
+    *,
+    user_id: int,
+    title: str,
+    due: datetime,
+    remind_before: Sequence[timedelta] = DEFAULT_REMIND_BEFORE,
+) -> TaskCreated:
+    """Add a task and enqueue one reminder per offset before ``due``.
+
+    A reminder whose moment has already passed goes out at once. If ``due`` itself has
+    passed, the task is saved, nothing is enqueued and ``overdue`` says so.
+    """
+    title = _check_text("task's title", title)
+    due = _check_due(due)
+    offsets = _check_offsets(remind_before)
+    user = get_user(session, user_id)
+    task = Task(user_id=user.id, title=title, due=due, remind_before_seconds=offsets)
+    session.add(task)
+    session.flush()
+    reminders, overdue = _schedule(session, task)
+    return TaskCreated(task=task, reminders=reminders, overdue=overdue)
+
+
+def reschedule_task(
+    session: Session,
+    task_id: int,
+    due: datetime,
+    *,
+    remind_before: Sequence[timedelta] | None = None,
+) -> TaskChanged:
+    """Move the due time (and optionally the offsets): old unsent reminders are withdrawn.
+
+    A reminder already sent stays sent; the new due time gets its own reminders (new keys).
+    """
+    due = _check_due(due)
+    offsets = None if remind_before is None else _check_offsets(remind_before)
+    task = _lock_task(session, task_id)
+    if task.done:
+        raise InvalidInput(f"task {task_id} is done: there are no reminders to move")
+    cancelled = outbox.cancel(session, _current_keys(task))
+    task.due = due
+    if offsets is not None:
+        task.remind_before_seconds = offsets
+    session.flush()
+    reminders, overdue = _schedule(session, task)
+    return TaskChanged(task=task, reminders=reminders, cancelled=cancelled, overdue=overdue)
+
+
+def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
+    """Change the title; each unsent reminder is replaced by one with the new text.
+
+    The keys stay the same (same task, offset and due time): a reminder already sent stays
+    sent, and one a relay is sending right now is recognised by its sent marker.
+    """
+    title = _check_text("task's title", title)
+    task = _lock_task(session, task_id)
+    task.title = title
+    session.flush()
+    now = _database_now(session)
+    replaced: list[ScheduledReminder] = []
+    for offset_seconds in task.remind_before_seconds:
+        # One key at a time: only the reminders that were still unsent come back.
+        if outbox.cancel(session, [reminder_key(task.id, offset_seconds, task.due)]):
+            replaced.append(_enqueue_reminder(session, task, offset_seconds, now))
+    return TaskChanged(
+        task=task, reminders=tuple(replaced), cancelled=len(replaced), overdue=task.due <= now
+    )
+
+
+def complete_task(session: Session, task_id: int) -> TaskChanged:
+    """Mark the task done and withdraw its unsent reminders, claimed ones included."""
+    task = _lock_task(session, task_id)
+    cancelled = outbox.cancel(session, _current_keys(task))
+    task.done = True
+    session.flush()
+    return TaskChanged(task=task, reminders=(), cancelled=cancelled, overdue=False)
+
+
+def delete_task(session: Session, task_id: int) -> int:
+    """Delete the task and withdraw its unsent reminders; return how many were withdrawn."""
+    task = _lock_task(session, task_id)
+    cancelled = outbox.cancel(session, _current_keys(task))
+    session.delete(task)
+    session.flush()
+    return cancelled

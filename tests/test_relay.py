@@ -1,0 +1,166 @@
+"""The whole path against a real PostgreSQL and the fake Bot API over real HTTP."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import UTC, datetime, timedelta
+
+import sqlalchemy as sa
+
+from outbox import State, enqueue, queries
+from outbox.config import RelayConfig
+from outbox.fake_telegram import FakeTelegram
+from outbox.ratelimit import RateLimits
+from outbox.relay import Relay, RunSummary
+from outbox.telegram import TelegramSender
+from tests.conftest import TEST_TOKEN
+
+UNLIMITED = RateLimits(per_bot=0, per_chat=0, per_group_per_minute=0)
+
+
+def make_relay(db_url: str, fake: FakeTelegram, **config: object) -> Relay:
+    settings: dict[str, object] = {"rate_limits": UNLIMITED, **config}
+    cfg = RelayConfig(database_url=db_url, **settings)  # type: ignore[arg-type]
+    return Relay(cfg, TelegramSender(TEST_TOKEN, api_url=fake.api_url, pool_size=cfg.concurrency))
+
+
+async def drain(db_url: str, fake: FakeTelegram, **config: object) -> RunSummary:
+    async with make_relay(db_url, fake, **config) as relay:
+        return await relay.run(drain=True)
+
+
+def states(engine: sa.Engine) -> dict[str, int]:
+    with engine.begin() as conn:
+        return queries.count_by_state(conn)
+
+
+def test_enqueue_commits_and_rolls_back_with_the_caller(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        with conn.begin():
+            enqueue(conn, key="kept", payload={"chat_id": 1, "text": "a"})
+        trans = conn.begin()
+        enqueue(conn, key="dropped", payload={"chat_id": 1, "text": "b"})
+        trans.rollback()
+        keys = conn.exec_driver_sql("SELECT kalit FROM outbox").scalars().all()
+    assert keys == ["kept"]
+
+
+def test_enqueue_twice_with_one_key_gives_one_row(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        first = enqueue(conn, key="same", payload={"chat_id": 1, "text": "a"})
+        second = enqueue(conn, key="same", payload={"chat_id": 1, "text": "other"})
+    with engine.begin() as conn:
+        second_tx = enqueue(conn, key="same", payload={"chat_id": 1, "text": "third"})
+    assert first.created and not second.created and not second_tx.created
+    assert first.id == second.id == second_tx.id
+    assert states(engine)["kutmoqda"] == 1
+
+
+def test_relay_sends_and_marks_done(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    with engine.begin() as conn:
+        for i in range(5):
+            enqueue(conn, key=f"k{i}", payload={"chat_id": 100 + i, "text": f"salom {i}"})
+    summary = asyncio.run(drain(db_url, fake_telegram))
+    assert summary.sent == 5
+    assert sorted((d.chat_id, d.text) for d in fake_telegram.delivered) == [
+        (100 + i, f"salom {i}") for i in range(5)
+    ]
+    assert states(engine) == {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": 5, "xato": 0}
+    with engine.begin() as conn:
+        markers = conn.exec_driver_sql(
+            "SELECT y.kalit, y.chat_id, y.message_id FROM yuborilgan y ORDER BY kalit"
+        ).all()
+    assert [m[0] for m in markers] == [f"k{i}" for i in range(5)]
+    assert all(m[2] > 0 for m in markers)
+
+
+def test_key_with_a_sent_marker_is_completed_without_sending(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    with engine.begin() as conn:
+        enqueue(conn, key="sent-before", payload={"chat_id": 7, "text": "once"})
+        enqueue(conn, key="fresh", payload={"chat_id": 8, "text": "new"})
+        conn.exec_driver_sql(
+            "INSERT INTO yuborilgan (kalit, chat_id, message_id) VALUES ('sent-before', 7, 99)"
+        )
+    summary = asyncio.run(drain(db_url, fake_telegram))
+    assert (summary.sent, summary.already_sent) == (1, 1)
+    assert [d.chat_id for d in fake_telegram.delivered] == [8]
+    assert states(engine)["bajarildi"] == 2
+
+
+def test_eight_relays_deliver_two_thousand_rows_exactly_once(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    n = 2000
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO outbox (kalit, payload) "
+            "SELECT 'm' || i, jsonb_build_object('chat_id', i, 'text', 'xabar ' || i) "
+            "FROM generate_series(1, %(n)s) AS i",
+            {"n": n},
+        )
+
+    async def eight() -> list[RunSummary]:
+        relays = [
+            make_relay(db_url, fake_telegram, batch_size=16, concurrency=16) for _ in range(8)
+        ]
+        for relay in relays:
+            await relay.open()
+        try:
+            return await asyncio.gather(*(r.run(drain=True) for r in relays))
+        finally:
+            for relay in relays:
+                await relay.close()
+
+    summaries = asyncio.run(eight())
+    delivered = [d.chat_id for d in fake_telegram.delivered]
+    assert len(delivered) == n
+    assert sorted(delivered) == list(range(1, n + 1))
+    assert sum(s.sent for s in summaries) == n
+    assert sum(1 for s in summaries if s.sent > 0) > 1, "the work was not shared"
+    assert states(engine) == {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": n, "xato": 0}
+
+
+def test_future_row_waits_for_its_time_then_goes_within_a_second(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    async def scenario() -> tuple[float, float]:
+        async with make_relay(db_url, fake_telegram) as relay:
+            runner = asyncio.create_task(relay.run())
+            await asyncio.sleep(0.3)  # the relay is idle and listening
+            with engine.begin() as conn:
+                due = datetime.now(UTC) + timedelta(seconds=1.5)
+                enqueue(conn, key="later", payload={"chat_id": 5, "text": "vaqt"}, run_at=due)
+            due_wall = due.timestamp()
+            deadline = time.monotonic() + 5
+            while not fake_telegram.delivered and time.monotonic() < deadline:
+                await asyncio.sleep(0.01)
+            relay.stop()
+            await runner
+        return due_wall, fake_telegram.delivered[0].wall
+
+    due_wall, sent_wall = asyncio.run(scenario())
+    assert sent_wall >= due_wall - 0.05, "sent before its time"
+    assert sent_wall - due_wall < 1.0, f"sent {sent_wall - due_wall:.3f}s late"
+    assert states(engine)[State.DONE] == 1
+
+
+def test_relay_refuses_a_database_without_schema(
+    empty_db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    from outbox.errors import SchemaMissing
+
+    async def scenario() -> None:
+        async with make_relay(empty_db_url, fake_telegram):
+            pass
+
+    try:
+        asyncio.run(scenario())
+    except SchemaMissing as err:
+        assert "outbox migrate" in str(err)
+    else:
+        raise AssertionError("expected SchemaMissing")
