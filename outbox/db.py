@@ -21,6 +21,7 @@ __all__ = [
     "redact_url",
     "resolve_url",
     "sqlalchemy_url",
+    "with_database",
 ]
 
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
@@ -50,6 +51,11 @@ def normalize_url(url: str) -> str:
             f"database URL must start with postgresql://, got {redact_url(url)!r}",
         )
     return urlunsplit(parts._replace(scheme="postgresql"))
+
+
+def with_database(url: str, name: str) -> str:
+    """The same server, another database."""
+    return urlunsplit(urlsplit(normalize_url(url))._replace(path="/" + name))
 
 
 def resolve_url(url: str | None) -> str:

@@ -13,8 +13,10 @@ __all__ = [
     "InvalidInput",
     "NotFound",
     "OutboxError",
+    "Refused",
     "SchemaMissing",
     "TelegramUnauthorized",
+    "Unhealthy",
 ]
 
 
@@ -58,3 +60,15 @@ class TelegramUnauthorized(OutboxError):
     """The Bot API rejected the token (401/404); the relay cannot go on with it."""
 
     exit_code = 6
+
+
+class Refused(OutboxError):
+    """An operator command declined to act on a row, and said why (e.g. replay of a sent row)."""
+
+    exit_code = 7
+
+
+class Unhealthy(OutboxError):
+    """``outbox status`` found a problem an alert should catch (lag, stuck claims, failures)."""
+
+    exit_code = 8

@@ -286,3 +286,332 @@ def count_by_state(conn: SyncConn) -> dict[str, int]:
     for state, count in _execute(conn, _COUNT_BY_STATE).fetchall():
         counts[state] = int(count)
     return counts
+
+
+# --- operator commands ---------------------------------------------------------------------------
+
+__all__ += [
+    "Message",
+    "QueueStatus",
+    "ReplayResult",
+    "SentMarker",
+    "count_failed",
+    "get_message",
+    "list_messages",
+    "prune_async",
+    "prune_done",
+    "prune_done_async",
+    "prune_markers",
+    "prune_markers_async",
+    "queue_status",
+    "replay",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class SentMarker:
+    chat_id: int
+    message_id: int  # Telegram's id of the delivered message
+    sent_at: datetime
+
+
+@dataclass(frozen=True, slots=True)
+class Message:
+    """One outbox row in full, with the sent marker of its key if there is one."""
+
+    id: int
+    kind: str
+    key: str
+    payload: dict[str, Any]
+    state: str
+    attempts: int
+    next_attempt_at: datetime
+    claimed_at: datetime | None
+    last_error: str | None
+    history: list[dict[str, Any]]
+    created_at: datetime
+    updated_at: datetime
+    marker: SentMarker | None
+
+
+def _marker(chat_id: Any, message_id: Any, sent_at: Any) -> SentMarker | None:
+    return None if message_id is None else SentMarker(int(chat_id), int(message_id), sent_at)
+
+
+def _message(row: Sequence[Any]) -> Message:
+    (row_id, kind, key, payload, state, attempts, run_at, claimed_at, error, history) = row[:10]
+    return Message(
+        id=row_id,
+        kind=kind,
+        key=key,
+        payload=payload,
+        state=state,
+        attempts=attempts,
+        next_attempt_at=run_at,
+        claimed_at=claimed_at,
+        last_error=error,
+        history=history,
+        created_at=row[10],
+        updated_at=row[11],
+        marker=_marker(*row[12:]),
+    )
+
+
+_MESSAGE_COLUMNS = """
+    o.id, o.tur, o.kalit, o.payload, o.holat, o.urinish, o.keyingi_urinish, o.band_vaqti,
+    o.oxirgi_xato, o.tarix, o.yaratilgan, o.yangilangan,
+    y.chat_id, y.message_id, y.yuborilgan_vaqt
+"""
+
+_LIST_MESSAGES = f"""
+SELECT {_MESSAGE_COLUMNS}
+FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
+WHERE (%(holat)s::text IS NULL OR o.holat = %(holat)s::text)
+  AND (%(tur)s::text IS NULL OR o.tur = %(tur)s::text)
+ORDER BY o.id DESC
+LIMIT %(limit)s
+"""
+
+
+def list_messages(
+    conn: SyncConn, *, state: str | None = None, kind: str | None = None, limit: int = 50
+) -> list[Message]:
+    """Newest first, optionally only one state and/or kind."""
+    params = {"holat": state, "tur": kind, "limit": limit}
+    return [_message(row) for row in _execute(conn, _LIST_MESSAGES, params).fetchall()]
+
+
+_GET_MESSAGE = f"""
+SELECT {_MESSAGE_COLUMNS}
+FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
+WHERE o.id = %(id)s
+"""
+
+
+def get_message(conn: SyncConn, message_id: int) -> Message | None:
+    row = _execute(conn, _GET_MESSAGE, {"id": message_id}).first()
+    return None if row is None else _message(row)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    counts: dict[str, int]  # rows per holat
+    lag_seconds: float  # age of the oldest due pending row; 0 when none is due
+    stuck: int  # rows in bajarilmoqda whose claim is older than the lease
+    markers: int
+
+
+# The lag reads the pending rows' partial index; the counts scan the table, which retention
+# keeps small.
+_QUEUE_STATUS = """
+SELECT
+    count(*) FILTER (WHERE holat = 'kutmoqda'),
+    count(*) FILTER (WHERE holat = 'bajarilmoqda'),
+    count(*) FILTER (WHERE holat = 'bajarildi'),
+    count(*) FILTER (WHERE holat = 'xato'),
+    (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
+     FROM outbox WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()),
+    count(*) FILTER (WHERE holat = 'bajarilmoqda'
+                     AND band_vaqti < now() - make_interval(secs => %(lease)s)),
+    (SELECT count(*) FROM yuborilgan)
+FROM outbox
+"""
+
+
+def queue_status(conn: SyncConn, *, lease_seconds: float) -> QueueStatus:
+    row = _execute(conn, _QUEUE_STATUS, {"lease": float(lease_seconds)}).one()
+    pending, in_progress, done, failed, lag, stuck, markers = row
+    counts = {"kutmoqda": pending, "bajarilmoqda": in_progress, "bajarildi": done, "xato": failed}
+    return QueueStatus(
+        counts={state: int(n) for state, n in counts.items()},
+        lag_seconds=max(float(lag), 0.0),
+        stuck=int(stuck),
+        markers=int(markers),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class ReplayResult:
+    id: int
+    replayed: bool
+    state: str | None  # the state found before the replay; None: no message with this id
+    marker: SentMarker | None  # the key's sent marker (deleted when forced)
+
+
+# Replay happens in one transaction: lock the rows, decide, then change them. The lock keeps
+# the state seen by the decision until the change commits (relays only ever touch pending and
+# claimed rows, but a second operator may replay the same rows at the same time: they wait
+# here, then see the row pending and are refused). Locking in id order avoids deadlocks
+# between two bulk replays.
+_LOCK_FOR_REPLAY = """
+SELECT o.id, o.holat, y.chat_id, y.message_id, y.yuborilgan_vaqt
+FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
+WHERE o.id = ANY(%(ids)s::bigint[])
+ORDER BY o.id
+FOR UPDATE OF o
+"""
+
+_LOCK_FAILED_FOR_REPLAY = """
+SELECT o.id, o.holat, y.chat_id, y.message_id, y.yuborilgan_vaqt
+FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
+WHERE o.holat = 'xato'
+  AND (%(tur)s::text IS NULL OR o.tur = %(tur)s::text)
+  AND (%(since)s::float8 IS NULL OR o.yangilangan >= now() - make_interval(secs => %(since)s))
+ORDER BY o.id
+FOR UPDATE OF o
+"""
+
+# The failure stays in tarix, with an entry for the replay itself (and, when forced, the
+# marker that was removed). A forced replay deletes the key's marker in the same transaction:
+# a relay completes a row whose key has a marker without sending it. The NOTIFY reaches the
+# listening relays at commit, so the rows go out at once rather than at the next poll.
+_REPLAY = """
+WITH replayed AS (
+    UPDATE outbox o
+    SET holat = 'kutmoqda',
+        urinish = 0,
+        keyingi_urinish = now(),
+        band_vaqti = NULL,
+        oxirgi_xato = NULL,
+        tarix = o.tarix || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+            'vaqt', now(),
+            'urinish', o.urinish,
+            'hodisa', CASE WHEN %(force)s THEN 'replay --force' ELSE 'replay' END,
+            'oxirgi_xato', o.oxirgi_xato,
+            'yuborilgan', (SELECT to_jsonb(y) - 'kalit' FROM yuborilgan y
+                           WHERE %(force)s AND y.kalit = o.kalit)))),
+        yangilangan = now()
+    WHERE o.id = ANY(%(ids)s::bigint[]) AND o.holat = 'xato'
+    RETURNING o.id, o.kalit
+),
+forgotten AS (
+    DELETE FROM yuborilgan y USING replayed r WHERE %(force)s AND y.kalit = r.kalit
+)
+SELECT r.id, pg_notify('outbox', '') FROM replayed r
+"""
+
+
+def replay(
+    conn: SyncConn,
+    ids: Sequence[int] | None = None,
+    *,
+    force: bool = False,
+    kind: str | None = None,
+    failed_within_seconds: float | None = None,
+) -> list[ReplayResult]:
+    """Move failed rows back to the queue: the given ids, or (``ids=None``) every xato row
+    matching ``kind`` and ``failed_within_seconds``. A row whose key has a sent marker is
+    refused unless ``force``. Runs in the caller's transaction; the caller commits.
+    """
+    if ids is None:
+        params: dict[str, Any] = {"tur": kind, "since": failed_within_seconds}
+        found = _execute(conn, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
+        wanted = [int(row[0]) for row in found]
+    else:
+        wanted = list(dict.fromkeys(ids))
+        found = _execute(conn, _LOCK_FOR_REPLAY, {"ids": wanted}).fetchall()
+    seen = {int(row[0]): (row[1], _marker(*row[2:])) for row in found}
+    accepted = [
+        row_id
+        for row_id, (state, marker) in seen.items()
+        if state == "xato" and (marker is None or force)
+    ]
+    replayed: set[int] = set()
+    if accepted:
+        rows = _execute(conn, _REPLAY, {"ids": accepted, "force": force}).fetchall()
+        replayed = {int(row[0]) for row in rows}
+    results = []
+    for row_id in wanted:
+        state, marker = seen.get(row_id, (None, None))
+        results.append(ReplayResult(row_id, row_id in replayed, state, marker))
+    return results
+
+
+# Done rows leave oldest first through the partial index on (yangilangan) of done rows, a batch
+# per statement, so each delete is a short transaction that locks few rows and lets vacuum
+# keep up. SKIP LOCKED: two pruners (a relay and an operator) share the work.
+_PRUNE_DONE = """
+DELETE FROM outbox
+WHERE id IN (
+    SELECT id FROM outbox
+    WHERE holat = 'bajarildi' AND yangilangan < now() - make_interval(secs => %(older_than)s)
+    ORDER BY yangilangan
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+) AND holat = 'bajarildi'
+"""
+
+# A marker outlives its row: it stops a re-enqueued key from being sent twice. It is kept while
+# a row with its key could still be sent (pending, claimed, or failed and replayable).
+_PRUNE_MARKERS = """
+DELETE FROM yuborilgan
+WHERE kalit IN (
+    SELECT y.kalit FROM yuborilgan y
+    WHERE y.yuborilgan_vaqt < now() - make_interval(secs => %(older_than)s)
+      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.kalit = y.kalit AND o.holat <> 'bajarildi')
+    ORDER BY y.yuborilgan_vaqt
+    LIMIT %(batch)s
+    FOR UPDATE SKIP LOCKED
+)
+"""
+
+
+def _prune_params(older_than_seconds: float, batch_size: int) -> dict[str, Any]:
+    return {"older_than": float(older_than_seconds), "batch": batch_size}
+
+
+def prune_done(conn: SyncConn, *, older_than_seconds: float, batch_size: int) -> int:
+    """Delete one batch of done rows last changed before that age; return how many.
+
+    Commit after each batch and call again until it returns less than ``batch_size``.
+    """
+    params = _prune_params(older_than_seconds, batch_size)
+    return int(_execute(conn, _PRUNE_DONE, params).rowcount)
+
+
+def prune_markers(conn: SyncConn, *, older_than_seconds: float, batch_size: int) -> int:
+    """Delete one batch of sent markers older than that; same protocol as ``prune_done``."""
+    params = _prune_params(older_than_seconds, batch_size)
+    return int(_execute(conn, _PRUNE_MARKERS, params).rowcount)
+
+
+async def prune_done_async(conn: AsyncConn, *, older_than_seconds: float, batch_size: int) -> int:
+    cursor = await conn.execute(_PRUNE_DONE, _prune_params(older_than_seconds, batch_size))
+    return cursor.rowcount
+
+
+async def prune_markers_async(
+    conn: AsyncConn, *, older_than_seconds: float, batch_size: int
+) -> int:
+    cursor = await conn.execute(_PRUNE_MARKERS, _prune_params(older_than_seconds, batch_size))
+    return cursor.rowcount
+
+
+async def prune_async(
+    conn: AsyncConn,
+    *,
+    done_older_than_seconds: float,
+    markers_older_than_seconds: float,
+    batch_size: int,
+) -> dict[str, int]:
+    """Retention for the relay's maintenance loop: every batch in its own transaction."""
+    removed = {"bajarildi": 0, "yuborilgan": 0}
+    steps = (
+        ("bajarildi", prune_done_async, done_older_than_seconds),
+        ("yuborilgan", prune_markers_async, markers_older_than_seconds),
+    )
+    for name, prune_batch, older_than in steps:
+        while True:
+            async with conn.transaction():
+                n = await prune_batch(conn, older_than_seconds=older_than, batch_size=batch_size)
+            removed[name] += n
+            if n < batch_size:
+                break
+    return removed
+
+
+_COUNT_FAILED = "SELECT count(*) FROM outbox WHERE holat = 'xato'"
+
+
+def count_failed(conn: SyncConn) -> int:
+    return int(_execute(conn, _COUNT_FAILED).scalar_one())

@@ -229,7 +229,7 @@ def _schedule(session: Session, task: Task) -> tuple[tuple[ScheduledReminder, ..
 def _lock_task(session: Session, task_id: int) -> Task:
     # populate_existing: the row as it is now that it is locked, not as the session last saw it.
     task = session.get(
-        Task, _check_id("task", task_id), populate_existing=True
+        Task, _check_id("task", task_id), with_for_update=True, populate_existing=True
     )
     if task is None:
         raise NotFound(f"task {task_id} does not exist")

@@ -13,25 +13,19 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
 from outbox import migrate
-from outbox.db import create_engine, normalize_url
+from outbox.db import create_engine, normalize_url, with_database
 from outbox.embedded import embedded_url
 from outbox.fake_telegram import FakeTelegram
 
 TEST_TOKEN = "123456:TEST-token_for-fake"
 TEMPLATE = f"outbox_template_{os.getpid()}"
 _counter = itertools.count()
-
-
-def with_database(url: str, name: str) -> str:
-    parts = urlsplit(url)
-    return urlunsplit(parts._replace(path="/" + name))
 
 
 @pytest.fixture(scope="session")

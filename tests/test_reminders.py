@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import html
 import re
+import time
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -322,14 +324,38 @@ def test_a_rolled_back_completion_keeps_the_reminders(engine: sa.Engine, user_id
     assert [r["holat"] for r in outbox_rows(engine)] == ["kutmoqda"]
 
 
-def test_changes_to_one_task_wait_for_each_other(engine: sa.Engine, user_id: int) -> None:
-    task_id = create(engine, user_id).task.id
-    with Session(engine) as first, first.begin():
-        reminders.rename_task(first, task_id, "Birinchi")  # holds the row lock until commit
-        with Session(engine) as second, second.begin():
-            second.execute(sa.text("SET LOCAL lock_timeout = '200ms'"))
-            with pytest.raises(sa.exc.OperationalError, match="lock timeout"):
-                reminders.complete_task(second, task_id)
+def _wait_until_someone_waits_for_a_lock(engine: sa.Engine) -> None:
+    deadline = time.monotonic() + 30
+    query = sa.text(
+        "SELECT count(*) FROM pg_stat_activity"
+        " WHERE datname = current_database() AND wait_event_type = 'Lock'"
+    )
+    while time.monotonic() < deadline:
+        with engine.connect() as conn:
+            if conn.execute(query).scalar_one():
+                return
+        time.sleep(0.01)
+    pytest.fail("the second change never waited for the first")
+
+
+def test_a_completion_waits_for_a_concurrent_reschedule(engine: sa.Engine, user_id: int) -> None:
+    """Without the row lock the completion would withdraw the old reminders only, and the
+    reminder enqueued by the reschedule would go out for a done task."""
+    due = _now() + 3 * HOUR
+    task_id = create(engine, user_id, due=due).task.id
+    with ThreadPoolExecutor(max_workers=1) as pool:
+        with Session(engine) as first, first.begin():
+            reminders.reschedule_task(first, task_id, due + DAY)
+
+            def complete() -> int:
+                with Session(engine) as second, second.begin():
+                    return reminders.complete_task(second, task_id).cancelled
+
+            completion = pool.submit(complete)
+            _wait_until_someone_waits_for_a_lock(engine)
+        # The reschedule committed; the completion now sees the new due time.
+        assert completion.result(timeout=30) == 1
+    assert outbox_rows(engine) == []
 
 
 # --- reading ---------------------------------------------------------------------------------
