@@ -1,0 +1,145 @@
+"""Unit tests of small pure pieces: durations, rate limits, redaction, payloads, config."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+
+from outbox.classify import MalformedPayload
+from outbox.config import read_token, telegram_api_url
+from outbox.db import normalize_url, redact_url, with_database
+from outbox.durations import format_duration, parse_duration
+from outbox.errors import ConfigError, InvalidInput
+from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.redact import RedactingFormatter, redact, register_secret
+from outbox.telegram import send_message_args
+
+
+@pytest.mark.parametrize(
+    ("text", "seconds"),
+    [
+        ("90", 90),
+        ("30s", 30),
+        ("5m", 300),
+        ("1h30m", 5400),
+        ("7d", 604800),
+        ("100ms", 0.1),
+        ("2w", 1209600),
+        (" 1h 5m ", 3900),
+    ],
+)
+def test_parse_duration(text: str, seconds: float) -> None:
+    assert parse_duration(text) == timedelta(seconds=seconds)
+
+
+@pytest.mark.parametrize("text", ["", "abc", "5x", "m5", "1h-5m", "-3", "1.5.2h"])
+def test_parse_duration_rejects(text: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_duration(text)
+
+
+def test_format_duration() -> None:
+    assert [format_duration(s) for s in (5, 125, 3900, 90000)] == ["5s", "2m", "1h05m", "1d01h"]
+
+
+def test_private_chat_gets_one_message_per_second_and_others_are_not_held() -> None:
+    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0))
+    assert limiter.reserve(1, now=100.0) == 0.0
+    assert limiter.reserve(1, now=100.0) == pytest.approx(1.0)
+    assert limiter.reserve(2, now=100.0) == 0.0  # another chat is not held back
+    assert limiter.chat_delay(1, now=100.5) == pytest.approx(1.5)
+
+
+def test_groups_get_twenty_per_minute() -> None:
+    limiter = RateLimiter(RateLimits(per_bot=0, per_group_per_minute=20))
+    waits = [limiter.reserve(-100123, now=0.0) for _ in range(3)]
+    assert waits == pytest.approx([0.0, 3.0, 6.0])
+
+
+def test_per_bot_pacing_and_switch_off() -> None:
+    paced = RateLimiter(RateLimits(per_bot=10, per_chat=0))
+    waits = [paced.reserve(chat, now=0.0) for chat in range(5)]
+    assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
+    free = RateLimiter(RateLimits(per_bot=0, per_chat=0))
+    assert [free.reserve(chat, now=0.0) for chat in range(5)] == [0.0] * 5
+
+
+def test_flood_control_pauses_every_chat() -> None:
+    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=0))
+    limiter.pause(3.0, now=10.0)
+    assert limiter.reserve(42, now=10.0) == pytest.approx(3.0)
+    assert limiter.reserve(43, now=12.0) == pytest.approx(1.0)
+
+
+def test_negative_limits_are_refused() -> None:
+    with pytest.raises(ValueError, match="negative"):
+        RateLimits(per_bot=-1)
+
+
+def test_redact_removes_registered_and_token_shaped_secrets() -> None:
+    register_secret("777:odd-secret")
+    text = "GET https://api.telegram.org/bot123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw/sendMessage"
+    assert "AAHdq" not in redact(text)
+    assert redact("token 777:odd-secret here") == "token [token] here"
+
+
+def test_formatter_redacts_tracebacks_too() -> None:
+    formatter = RedactingFormatter("%(message)s")
+    try:
+        raise RuntimeError("bad 123456:AAHdqTcvCH1vGWJxfSeofSAs0K5PALDsaw")
+    except RuntimeError:
+        record = logging.LogRecord("x", logging.ERROR, "f", 1, "boom", None, sys.exc_info())
+    assert "AAHdq" not in formatter.format(record)
+
+
+def test_payload_contract() -> None:
+    assert send_message_args({"chat_id": "42", "text": "hi", "parse_mode": "HTML"}) == {
+        "chat_id": 42,
+        "text": "hi",
+        "parse_mode": "HTML",
+    }
+    assert send_message_args({"chat_id": "@kanal", "text": "x"})["chat_id"] == "@kanal"
+    for bad in (
+        {"text": "no chat"},
+        {"chat_id": 1},
+        {"chat_id": 1, "text": "   "},
+        {"chat_id": True, "text": "x"},
+        {"chat_id": "abc", "text": "x"},
+        {"chat_id": 1, "text": "x" * 4097},
+        {"chat_id": 1, "text": "x", "photo": "y"},
+    ):
+        with pytest.raises(MalformedPayload):
+            send_message_args(bad)
+
+
+def test_token_comes_from_env_or_file(tmp_path: Path) -> None:
+    assert read_token({"TELEGRAM_BOT_TOKEN": " 1:abc "}) == "1:abc"
+    path = tmp_path / "token"
+    path.write_text("2:def\n")
+    assert read_token({"TELEGRAM_BOT_TOKEN_FILE": str(path)}) == "2:def"
+    with pytest.raises(ConfigError, match="no bot token"):
+        read_token({})
+    with pytest.raises(ConfigError, match="cannot read"):
+        read_token({"TELEGRAM_BOT_TOKEN_FILE": str(tmp_path / "missing")})
+    with pytest.raises(ConfigError, match="does not look like"):
+        read_token({"TELEGRAM_BOT_TOKEN": "nocolon"})
+
+
+def test_api_url_is_checked() -> None:
+    assert telegram_api_url({}) == "https://api.telegram.org"
+    assert telegram_api_url({"OUTBOX_TELEGRAM_API_URL": "http://127.0.0.1:8081"})
+    with pytest.raises(ConfigError):
+        telegram_api_url({"OUTBOX_TELEGRAM_API_URL": "ftp://x"})
+
+
+def test_database_urls() -> None:
+    assert normalize_url("postgres://u@h/db") == "postgresql://u@h/db"
+    assert redact_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
+    assert with_database("postgresql://u@h:5/a?x=1", "b") == "postgresql://u@h:5/b?x=1"
+    for bad in ("mysql://h/db", "postgresql://h:notaport/db"):
+        with pytest.raises(ConfigError):
+            normalize_url(bad)
