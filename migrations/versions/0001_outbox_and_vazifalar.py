@@ -39,14 +39,15 @@ def upgrade() -> None:
     )
     # The claim reads only due pending rows: done rows cost the claim nothing.
     op.execute(
-        "CREATE INDEX outbox_kutmoqda_idx ON outbox (keyingi_urinish, id) "
-        "WHERE holat = 'kutmoqda'"
+        "CREATE INDEX outbox_kutmoqda_idx ON outbox (keyingi_urinish, id) WHERE holat = 'kutmoqda'"
     )
     # The reaper looks only at claimed rows.
     op.execute("CREATE INDEX outbox_band_idx ON outbox (band_vaqti) WHERE holat = 'bajarilmoqda'")
     # Operators list failures; retention deletes old done rows.
     op.execute("CREATE INDEX outbox_xato_idx ON outbox (id) WHERE holat = 'xato'")
-    op.execute("CREATE INDEX outbox_bajarildi_idx ON outbox (yangilangan) WHERE holat = 'bajarildi'")
+    op.execute(
+        "CREATE INDEX outbox_bajarildi_idx ON outbox (yangilangan) WHERE holat = 'bajarildi'"
+    )
     # A hot queue table: vacuum after 1% dead rows rather than the default 20%, and leave room
     # on each page so state updates stay on the page (HOT updates).
     op.execute(
