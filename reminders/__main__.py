@@ -6,4 +6,6 @@ import sys
 
 from reminders.cli import main
 
+__all__: list[str] = []
+
 sys.exit(main())
