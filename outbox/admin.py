@@ -1,47 +1,310 @@
-"""Operator commands: status and one-shot maintenance. Safe while relays run."""
+"""Operator commands: list, show, replay, status, reap and prune. Safe while relays run.
+
+Each command parses, opens the database, calls one function of ``outbox.queries`` and prints.
+Exit codes (the README lists them): 0 done; 2 invalid input or unknown id; 3 bad database URL;
+4 database unreachable; 5 schema missing; 7 replay refused for a row (the reason is printed);
+8 ``status`` found a problem.
+"""
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
-from collections.abc import Callable
+import sys
+from collections.abc import Callable, Iterator
 from typing import Any
 
+from sqlalchemy.engine import Engine
+
+from outbox import admin_output as out
 from outbox import queries
-from outbox.config import DEFAULT_LEASE
+from outbox.config import DEFAULT_LEASE, DEFAULT_MARKER_RETENTION, DEFAULT_RETENTION
 from outbox.db import connect_errors, create_engine, resolve_url
+from outbox.durations import parse_duration
+from outbox.errors import InvalidInput, NotFound, Refused, Unhealthy
 from outbox.retry import RetryPolicy
+from outbox.states import State
 
 __all__ = ["add_commands"]
 
-Command = Callable[..., Any]
+# A health check must answer, not hang on a host that drops packets.
+CONNECT_TIMEOUT_SECONDS = 10
+DEFAULT_LIST_LIMIT = 50
+DEFAULT_MAX_LAG = 300.0
+DEFAULT_PRUNE_BATCH = 1000
+DEFAULT_MAX_ATTEMPTS = RetryPolicy().max_attempts
+
+_STATE_ALIASES = {state.name.lower().replace("_", "-"): state.value for state in State}
 
 
-def _engine(args: argparse.Namespace) -> tuple[str, Any]:
+# --- input: every mistake is an InvalidInput with one clear line ------------------------------
+
+
+def message_id(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise InvalidInput(f"{raw!r} is not a message id: ids are whole numbers like 42")
+    return value
+
+
+def state_name(raw: str) -> str:
+    """A state as the database spells it; the English names are accepted too."""
+    text = raw.strip().lower().replace("_", "-")
+    if text in {state.value for state in State}:
+        return text
+    if text in _STATE_ALIASES:
+        return _STATE_ALIASES[text]
+    raise InvalidInput(
+        f"unknown state {raw!r}: use one of kutmoqda (pending), bajarilmoqda (in progress), "
+        "bajarildi (done), xato (failed)"
+    )
+
+
+def positive_count(raw: str) -> int:
+    try:
+        value = int(raw)
+    except ValueError:
+        raise InvalidInput(f"{raw!r} is not a whole number") from None
+    if value < 1:
+        raise InvalidInput(f"{raw!r} must be at least 1")
+    return value
+
+
+def seconds(raw: str) -> float:
+    return parse_duration(raw).total_seconds()
+
+
+def _option(
+    parser: Any,
+    flag: str,
+    *,
+    env: str,
+    default: Any,
+    help: str,
+    convert: Callable[[str], Any] = str,
+    metavar: str | None = None,
+) -> None:
+    """A flag with its environment twin; a bad value is one line naming where it came from."""
+
+    def from_source(source: str) -> Callable[[str], Any]:
+        def checked(raw: str) -> Any:
+            try:
+                return convert(raw)
+            except InvalidInput as err:
+                raise InvalidInput(f"{source}: {err}") from None
+
+        return checked
+
+    parser.add(
+        flag,
+        env=env,
+        default=default,
+        help=help,
+        convert=from_source(env),
+        type=from_source(flag),
+        metavar=metavar,
+    )
+
+
+# --- the database, opened and closed once per command ----------------------------------------
+
+
+@contextlib.contextmanager
+def _database(args: argparse.Namespace) -> Iterator[Engine]:
+    """An engine whose connection and missing-schema errors become one clear OutboxError."""
     url = resolve_url(args.database_url)
-    return url, create_engine(url)
+    options = {} if "connect_timeout" in url else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
+    engine = create_engine(url, connect_args=options)
+    try:
+        with connect_errors(url):
+            yield engine
+    finally:
+        engine.dispose()
+
+
+def _print_json(document: Any) -> None:
+    print(json.dumps(document, ensure_ascii=False, indent=2))
+
+
+def _complain(line: str) -> None:
+    print(f"outbox: {line}", file=sys.stderr)
+
+
+# --- commands ------------------------------------------------------------------------------------
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with _database(args) as engine, engine.begin() as conn:
+        # One row more than shown tells whether there are more.
+        found = queries.list_messages(conn, state=args.holat, kind=args.tur, limit=args.limit + 1)
+    messages = found[: args.limit]
+    if args.json:
+        _print_json([out.message_json(m) for m in messages])
+    elif messages:
+        print("\n".join(out.messages_table(messages)))
+        if len(found) > args.limit:
+            print(f"(the newest {args.limit} shown; more match: --limit N)")
+    else:
+        print("no outbox messages match")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with _database(args) as engine, engine.begin() as conn:
+        message = queries.get_message(conn, args.id)
+    if message is None:
+        raise NotFound(f"no outbox message with id {args.id}")
+    if args.json:
+        _print_json(out.message_json(message))
+    else:
+        print("\n".join(out.message_lines(message)))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    bulk = args.all_failed
+    if bulk and args.ids:
+        raise InvalidInput("give message ids or --all-failed, not both")
+    if not bulk and not args.ids:
+        raise InvalidInput("give one or more message ids, or --all-failed")
+    if not bulk and (args.tur is not None or args.since is not None):
+        raise InvalidInput("--tur and --since only filter --all-failed")
+    with _database(args) as engine, engine.begin() as conn:
+        results = queries.replay(
+            conn,
+            None if bulk else args.ids,
+            force=args.force,
+            kind=args.tur,
+            failed_within_seconds=args.since,
+        )
+    replayed = [r for r in results if r.replayed]
+    unknown = [r for r in results if r.state is None]
+    refused = [r for r in results if not r.replayed and r.state is not None]
+    if args.json:
+        _print_json(
+            {
+                "replayed": [r.id for r in replayed],
+                "refused": [
+                    {"id": r.id, "holat": r.state, "reason": out.replay_refusal(r)} for r in refused
+                ],
+                "unknown": [r.id for r in unknown],
+            }
+        )
+    else:
+        if bulk:
+            print(f"replayed {len(replayed)} failed messages{_bulk_filter(args)}")
+        else:
+            for result in replayed:
+                print(out.replayed_line(result, forced=args.force))
+        for result in (*refused, *unknown):
+            _complain(out.replay_refusal(result))
+    if unknown:
+        return NotFound.exit_code
+    return Refused.exit_code if refused else 0
+
+
+def _bulk_filter(args: argparse.Namespace) -> str:
+    filters = []
+    if args.tur is not None:
+        filters.append(f"tur {args.tur}")
+    if args.since is not None:
+        filters.append(f"failed in the last {out.span(args.since)}")
+    return f" ({', '.join(filters)})" if filters else ""
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    url, engine = _engine(args)
-    with connect_errors(url), engine.begin() as conn:
-        counts = queries.count_by_state(conn)
-    engine.dispose()
+    with _database(args) as engine, engine.begin() as conn:
+        status = queries.queue_status(conn, lease_seconds=args.lease)
+    problems = []
+    if status.lag_seconds > args.max_lag:
+        problems.append(
+            f"lag {out.span(status.lag_seconds)} is over --max-lag "
+            f"{out.span(args.max_lag)} (is a relay running?)"
+        )
+    if status.stuck:
+        problems.append(
+            f"{status.stuck} claims are older than the {out.span(args.lease)} lease "
+            "(a relay died or hangs; a running relay reaps them within a minute, "
+            "or run `outbox reap`)"
+        )
+    if args.max_failed is not None and status.counts["xato"] > args.max_failed:
+        problems.append(
+            f"{status.counts['xato']} failed messages, more than --max-failed {args.max_failed} "
+            "(`outbox list --holat xato`)"
+        )
     if args.json:
-        print(json.dumps({"holat": counts}))
+        _print_json(
+            {
+                "holat": status.counts,
+                "lag_seconds": status.lag_seconds,
+                "stuck": status.stuck,
+                "markers": status.markers,
+                "failed": status.counts["xato"],
+                "healthy": not problems,
+                "problems": problems,
+            }
+        )
     else:
-        for state, count in counts.items():
-            print(f"{state:<13} {count:>8}")
+        print("\n".join(out.status_lines(status, lease=args.lease, max_lag=args.max_lag)))
+    if problems:
+        raise Unhealthy("unhealthy: " + "; ".join(problems))
     return 0
 
 
 def cmd_reap(args: argparse.Namespace) -> int:
-    url, engine = _engine(args)
-    with connect_errors(url), engine.begin() as conn:
+    with _database(args) as engine, engine.begin() as conn:
         reaped = queries.reap_stale(conn, lease_seconds=args.lease, max_attempts=args.max_attempts)
-    engine.dispose()
-    print(f"reaped: {reaped['kutmoqda']} back to kutmoqda, {reaped['xato']} to xato")
+    if args.json:
+        _print_json(reaped)
+    else:
+        print(f"reaped: {reaped['kutmoqda']} back to kutmoqda, {reaped['xato']} to xato")
     return 0
+
+
+def _in_batches(
+    engine: Engine, prune_batch: Callable[..., int], older_than: float, size: int
+) -> int:
+    """Delete batch after batch, each in its own short transaction, until one comes up short."""
+    removed = 0
+    while True:
+        with engine.begin() as conn:
+            n = prune_batch(conn, older_than_seconds=older_than, batch_size=size)
+        removed += n
+        if n < size:
+            return removed
+
+
+def cmd_prune(args: argparse.Namespace) -> int:
+    if args.markers_older_than < args.older_than:
+        raise InvalidInput(
+            f"--markers-older-than ({out.span(args.markers_older_than)}) must not be "
+            f"shorter than --older-than ({out.span(args.older_than)}): a marker is what "
+            "stops a key enqueued again from being sent twice"
+        )
+    with _database(args) as engine:
+        done = _in_batches(engine, queries.prune_done, args.older_than, args.batch_size)
+        markers = _in_batches(
+            engine, queries.prune_markers, args.markers_older_than, args.batch_size
+        )
+        with engine.begin() as conn:
+            failed = queries.count_failed(conn)
+    if args.json:
+        _print_json({"bajarildi": done, "yuborilgan": markers, "xato_kept": failed})
+        return 0
+    print(
+        f"pruned {done} bajarildi rows older than {out.span(args.older_than)} and "
+        f"{markers} sent markers older than {out.span(args.markers_older_than)}"
+    )
+    if failed:
+        print(f"kept {failed} xato rows: never pruned; see `outbox list --holat xato`")
+    return 0
+
+
+# --- the parsers ---------------------------------------------------------------------------------
 
 
 def add_commands(
@@ -50,24 +313,145 @@ def add_commands(
     add_json: Callable[[Any], None],
 ) -> None:
     """Register the operator subcommands on the ``outbox`` parser."""
-    from outbox.cli import _seconds  # noqa: PLC0415 - shared flag converters
 
-    status = command("status", cmd_status, "rows per state")
-    add_database(status)
-    add_json(status)
-    reap = command("reap", cmd_reap, "return expired claims to the queue, once")
-    add_database(reap)
-    reap.add(
+    def operator_command(name: str, handler: Callable[..., int], help: str) -> Any:
+        parser = command(name, handler, help)
+        add_database(parser)
+        add_json(parser)
+        return parser
+
+    listing = operator_command("list", cmd_list, "messages, newest first")
+    _option(
+        listing,
+        "--holat",
+        env="OUTBOX_LIST_HOLAT",
+        default=None,
+        convert=state_name,
+        help="only this state: kutmoqda, bajarilmoqda, bajarildi or xato",
+        metavar="STATE",
+    )
+    _option(
+        listing,
+        "--tur",
+        env="OUTBOX_LIST_TUR",
+        default=None,
+        help="only this kind, e.g. eslatma",
+        metavar="KIND",
+    )
+    _option(
+        listing,
+        "--limit",
+        env="OUTBOX_LIST_LIMIT",
+        default=DEFAULT_LIST_LIMIT,
+        convert=positive_count,
+        help=f"at most this many rows (default {DEFAULT_LIST_LIMIT})",
+        metavar="N",
+    )
+
+    show = operator_command("show", cmd_show, "one message in full, with its sent marker")
+    show.add_argument("id", type=message_id, help="the message id")
+
+    replay = operator_command(
+        "replay", cmd_replay, "send failed (xato) messages again: back to kutmoqda"
+    )
+    replay.add_argument("ids", nargs="*", type=message_id, metavar="ID", help="message ids")
+    # No environment twins for these two on purpose: a forgotten variable must never make a
+    # later replay resend sent messages or act on every failure.
+    replay.add_argument(
+        "--force",
+        action="store_true",
+        help="replay even if the key was already sent: it is sent again",
+    )
+    replay.add_argument("--all-failed", action="store_true", help="replay every xato message")
+    _option(
+        replay,
+        "--tur",
+        env="OUTBOX_REPLAY_TUR",
+        default=None,
+        help="with --all-failed: only this kind",
+        metavar="KIND",
+    )
+    _option(
+        replay,
+        "--since",
+        env="OUTBOX_REPLAY_SINCE",
+        default=None,
+        convert=seconds,
+        help="with --all-failed: only rows that failed within this long, e.g. 1h",
+        metavar="DURATION",
+    )
+
+    status = operator_command("status", cmd_status, "health: rows per state, lag, stuck claims")
+    _add_lease(status)
+    _option(
+        status,
+        "--max-lag",
+        env="OUTBOX_MAX_LAG",
+        default=DEFAULT_MAX_LAG,
+        convert=seconds,
+        help=f"exit 8 when the oldest due row is older (default {out.span(DEFAULT_MAX_LAG)})",
+        metavar="DURATION",
+    )
+    _option(
+        status,
+        "--max-failed",
+        env="OUTBOX_MAX_FAILED",
+        default=None,
+        convert=positive_count,
+        help="exit 8 when more rows than this are in xato (default: no limit)",
+        metavar="N",
+    )
+
+    reap = operator_command("reap", cmd_reap, "return expired claims to the queue, once")
+    _add_lease(reap)
+    _option(
+        reap,
+        "--max-attempts",
+        env="OUTBOX_MAX_ATTEMPTS",
+        default=DEFAULT_MAX_ATTEMPTS,
+        convert=positive_count,
+        help=f"expired claims with this many attempts go to xato (default {DEFAULT_MAX_ATTEMPTS})",
+        metavar="N",
+    )
+
+    prune = operator_command("prune", cmd_prune, "delete old bajarildi rows and sent markers")
+    _option(
+        prune,
+        "--older-than",
+        env="OUTBOX_RETENTION",
+        default=DEFAULT_RETENTION,
+        convert=seconds,
+        help=f"delete bajarildi rows unchanged this long (default {out.span(DEFAULT_RETENTION)})",
+        metavar="DURATION",
+    )
+    _option(
+        prune,
+        "--markers-older-than",
+        env="OUTBOX_MARKER_RETENTION",
+        default=DEFAULT_MARKER_RETENTION,
+        convert=seconds,
+        help=f"delete sent markers older than this (default {out.span(DEFAULT_MARKER_RETENTION)}) "
+        "unless their row can still be sent",
+        metavar="DURATION",
+    )
+    _option(
+        prune,
+        "--batch-size",
+        env="OUTBOX_PRUNE_BATCH_SIZE",
+        default=DEFAULT_PRUNE_BATCH,
+        convert=positive_count,
+        help=f"rows deleted per transaction (default {DEFAULT_PRUNE_BATCH})",
+        metavar="N",
+    )
+
+
+def _add_lease(parser: Any) -> None:
+    _option(
+        parser,
         "--lease",
         env="OUTBOX_LEASE",
         default=DEFAULT_LEASE,
-        convert=_seconds,
-        help="a claim older than this is expired",
-    )
-    reap.add(
-        "--max-attempts",
-        env="OUTBOX_MAX_ATTEMPTS",
-        default=RetryPolicy().max_attempts,
-        convert=int,
-        help="expired claims with this many attempts go to xato",
+        convert=seconds,
+        help=f"a claim older than this is expired (default {out.span(DEFAULT_LEASE)})",
+        metavar="DURATION",
     )

@@ -21,6 +21,8 @@ from outbox.config import (
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
     DEFAULT_LEASE,
+    DEFAULT_MARKER_RETENTION,
+    DEFAULT_RETENTION,
     RelayConfig,
     read_token,
     telegram_api_url,
@@ -207,6 +209,20 @@ def _relay_flags(parser: _Parser) -> None:
         convert=_seconds,
         help="on SIGTERM, how long in-flight sends may finish",
     )
+    parser.add(
+        "--retention",
+        env="OUTBOX_RETENTION",
+        default=DEFAULT_RETENTION,
+        convert=_seconds,
+        help="delete bajarildi rows older than this (0: keep them)",
+    )
+    parser.add(
+        "--marker-retention",
+        env="OUTBOX_MARKER_RETENTION",
+        default=DEFAULT_MARKER_RETENTION,
+        convert=_seconds,
+        help="delete sent markers older than this",
+    )
 
 
 def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
@@ -219,6 +235,8 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         poll_interval=poll_interval,
         lease_seconds=args.lease,
         grace_seconds=args.grace,
+        retention_seconds=args.retention,
+        marker_retention_seconds=args.marker_retention,
         retry=RetryPolicy(max_attempts=args.max_attempts, base_seconds=args.backoff_base),
         rate_limits=RateLimits(
             per_bot=args.rate_limit,

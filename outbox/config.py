@@ -15,10 +15,15 @@ __all__ = ["RelayConfig", "read_token", "telegram_api_url"]
 
 DEFAULT_CONCURRENCY = 64  # enough sends in flight for a 100 ms Bot API round trip
 DEFAULT_BATCH_SIZE = 64
+# Rows claimed beyond the free send slots, so that a slot that frees up starts its next send at
+# once instead of waiting for a claim round trip (which includes the commit's disk flush).
+DEFAULT_CLAIM_AHEAD = 16
 DEFAULT_POLL_INTERVAL = 30.0
 DEFAULT_POLL_ONLY_INTERVAL = 1.0
 DEFAULT_LEASE = 300.0
 DEFAULT_GRACE = 10.0
+DEFAULT_RETENTION = 7 * 86400.0
+DEFAULT_MARKER_RETENTION = 30 * 86400.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +31,16 @@ class RelayConfig:
     database_url: str
     concurrency: int = DEFAULT_CONCURRENCY
     batch_size: int = DEFAULT_BATCH_SIZE
+    claim_ahead: int = DEFAULT_CLAIM_AHEAD  # claimed rows waiting for a free send slot, at most
     poll_interval: float = DEFAULT_POLL_INTERVAL
     poll_only: bool = False  # no LISTEN: for PgBouncer in transaction pooling
     lease_seconds: float = DEFAULT_LEASE
     reap_interval: float = 60.0
+    # Retention, run with the reaper: done rows after a week, sent markers after 30 days
+    # (markers outlive their rows so a late re-enqueue of the same key is still caught).
+    retention_seconds: float = DEFAULT_RETENTION  # 0 keeps done rows forever
+    marker_retention_seconds: float = DEFAULT_MARKER_RETENTION
+    prune_batch_size: int = 1000
     grace_seconds: float = DEFAULT_GRACE  # shutdown: how long in-flight sends may finish
     flush_interval: float = 0.02  # results are written at least this often...
     flush_size: int = 256  # ...or as soon as this many are waiting
@@ -44,6 +55,10 @@ class RelayConfig:
         for name in ("poll_interval", "lease_seconds", "reap_interval", "flush_interval"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive")
+        if self.claim_ahead < 0:
+            raise ConfigError("claim-ahead cannot be negative")
+        if self.retention_seconds and self.marker_retention_seconds < self.retention_seconds:
+            raise ConfigError("marker retention must be at least the retention of done rows")
         if self.grace_seconds < 0:
             raise ConfigError("grace period cannot be negative")
 

@@ -28,6 +28,7 @@ __all__ = [
     "reap_stale",
     "reap_stale_async",
     "record_outcomes",
+    "release_maintenance_lock",
     "seconds_until_next_due",
     "try_maintenance_lock",
 ]
@@ -127,8 +128,11 @@ WHERE o.id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.id, o.tur, o.kalit, o.payload, o.urinish,
-          EXISTS (SELECT 1 FROM yuborilgan y WHERE y.kalit = o.kalit)
+          (SELECT true FROM yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL
 """
+# The marker check is a scalar subquery on purpose: it is always one primary-key probe per
+# claimed row. Postgres may run an EXISTS as a hash of the whole marker table instead, which
+# grows with every message ever sent.
 
 
 async def claim_due(conn: AsyncConn, limit: int) -> list[ClaimedRow]:
@@ -228,10 +232,18 @@ _TRY_MAINTENANCE_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
 
 
 async def try_maintenance_lock(conn: AsyncConn) -> bool:
-    """Session-level lock: held by one relay's connection until it closes."""
+    """Session-level lock: held by one relay's connection until released or closed."""
     cursor = await conn.execute(_TRY_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
     row = await cursor.fetchone()
     return bool(row and row[0])
+
+
+_RELEASE_MAINTENANCE_LOCK = "SELECT pg_advisory_unlock(%(key)s)"
+
+
+async def release_maintenance_lock(conn: AsyncConn) -> None:
+    """Let another relay do the next round (a hung holder must not block the reaper)."""
+    await conn.execute(_RELEASE_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
 
 
 # A claim older than the lease belongs to a relay that died or hangs. The attempt it made

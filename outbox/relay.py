@@ -122,6 +122,8 @@ class Relay:
         self._pending: list[queries.Outcome] = []
         self._flush_now = asyncio.Event()
         self._flush_lock = asyncio.Lock()
+        # Send slots: claimed rows beyond them (claim_ahead) wait here for a slot to free up.
+        self._slots = asyncio.Semaphore(config.concurrency)
         self._cancelled: set[int] = set()
         self._fatal: BaseException | None = None
         self._total = RunSummary()
@@ -199,10 +201,13 @@ class Relay:
             if not task.cancelled() and task.exception() is not None:
                 log.error("send task failed", exc_info=task.exception())
 
+        # Claim once half the rows claimed ahead have started, so that claims (each a commit)
+        # stay large; with nothing claimed ahead, claim for every free slot.
+        min_claim = max(1, self.config.claim_ahead // 2)
         while not self._stopping.is_set():
-            free = self.config.concurrency - len(in_flight)
+            free = self.config.concurrency + self.config.claim_ahead - len(in_flight)
             timeout = self.config.poll_interval
-            if free > 0:
+            if free >= min_claim:
                 want = min(free, self.config.batch_size)
                 rows = await self._claim(want)
                 for row in rows:
@@ -280,7 +285,12 @@ class Relay:
                         return
                     await asyncio.sleep(0.1)
                     continue
-                self._total.fenced_out += len(batch) - applied
+                if applied < len(batch):
+                    self._total.fenced_out += len(batch) - applied
+                    log.warning(
+                        "%d outcome(s) discarded: the claim expired and was reaped meanwhile",
+                        len(batch) - applied,
+                    )
                 if any(o.state == State.PENDING for o in batch):
                     self._wakeup.set()  # a retry may now be the earliest due row
 
@@ -317,34 +327,59 @@ class Relay:
         finally:
             await listener.close()
 
+    async def _apply_retention(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """Keep the hot table small: delete old done rows and, later, their sent markers."""
+        if not self.config.retention_seconds:
+            return
+        pruned = await queries.prune_async(
+            conn,
+            done_older_than_seconds=self.config.retention_seconds,
+            markers_older_than_seconds=self.config.marker_retention_seconds,
+            batch_size=self.config.prune_batch_size,
+        )
+        if any(pruned.values()):
+            log.info("retention: deleted %s", pruned)
+
     async def _maintain_forever(self) -> None:
-        """Reap expired claims, one relay at a time (the holder of the advisory lock)."""
+        """Reap expired claims, one relay at a time (the holder of the advisory lock).
+
+        The lock is held for one round only: a relay that hangs (a stopped process, a frozen
+        VM) must not keep the others from reaping the rows it holds.
+        """
         keeper = _Connection(self.config.database_url, "maintenance", self._stopping)
-        holding = False
+        # An expired claim waits at most half a lease more, whatever the reap interval.
+        interval = min(self.config.reap_interval, self.config.lease_seconds / 2)
         try:
             while True:
                 try:
                     conn = await keeper.get()
-                    holding = holding or await queries.try_maintenance_lock(conn)
-                    if holding:
-                        reaped = await queries.reap_stale_async(
-                            conn,
-                            lease_seconds=self.config.lease_seconds,
-                            max_attempts=self.config.retry.max_attempts,
-                        )
+                    if await queries.try_maintenance_lock(conn):
+                        try:
+                            reaped = await queries.reap_stale_async(
+                                conn,
+                                lease_seconds=self.config.lease_seconds,
+                                max_attempts=self.config.retry.max_attempts,
+                            )
+                            await self._apply_retention(conn)
+                        finally:
+                            await queries.release_maintenance_lock(conn)
                         if any(reaped.values()):
                             log.warning("reaper: expired claims %s", reaped)
                             self._wakeup.set()
                 except _DB_LOST as err:
                     keeper.lost(err)
-                    holding = False
-                await asyncio.sleep(self.config.reap_interval)
+                await asyncio.sleep(interval)
         finally:
             await keeper.close()
 
     # --- one message ---------------------------------------------------------------------------
 
     async def _process(self, row: queries.ClaimedRow) -> None:
+        try:
+            await self._slots.acquire()
+        except asyncio.CancelledError:
+            self._skip_unsent(row)  # never started: back to the queue untouched
+            raise
         try:
             await self._deliver(row)
         except asyncio.CancelledError:
@@ -358,6 +393,8 @@ class Relay:
                 ),
             )
             raise
+        finally:
+            self._slots.release()
 
     async def _deliver(self, row: queries.ClaimedRow) -> None:
         if row.already_sent:

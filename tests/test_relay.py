@@ -164,3 +164,39 @@ def test_relay_refuses_a_database_without_schema(
         assert "outbox migrate" in str(err)
     else:
         raise AssertionError("expected SchemaMissing")
+
+
+def test_relay_maintenance_applies_retention(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    with engine.begin() as conn:
+        for key, age_days in (("old", 8), ("recent", 1)):
+            enqueue(conn, key=key, payload={"chat_id": 1, "text": key})
+            conn.exec_driver_sql(
+                "UPDATE outbox SET holat = 'bajarildi', "
+                "yangilangan = now() - make_interval(days => %(d)s) WHERE kalit = %(k)s",
+                {"d": age_days, "k": key},
+            )
+        enqueue(conn, key="failed-long-ago", payload={"chat_id": 1, "text": "x"})
+        conn.exec_driver_sql(
+            "UPDATE outbox SET holat = 'xato', yangilangan = now() - interval '90 days' "
+            "WHERE kalit = 'failed-long-ago'"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO yuborilgan (kalit, chat_id, message_id, yuborilgan_vaqt) VALUES "
+            "('old', 1, 1, now() - interval '31 days'), ('recent', 1, 2, now())"
+        )
+
+    async def scenario() -> None:
+        async with make_relay(db_url, fake_telegram) as relay:
+            runner = asyncio.create_task(relay.run())
+            await asyncio.sleep(1.0)
+            relay.stop()
+            await runner
+
+    asyncio.run(scenario())
+    with engine.begin() as conn:
+        rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars().all()
+        markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan").scalars().all()
+    assert rows == ["failed-long-ago", "recent"]  # xato rows are never pruned
+    assert markers == ["recent"]

@@ -1,0 +1,211 @@
+"""How the operator commands print: aligned tables, one message in full, JSON documents.
+
+Column names and states are printed as the database spells them, so that what an operator
+reads here is what they type into ``psql``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from outbox.queries import Message, QueueStatus, ReplayResult, SentMarker
+
+__all__ = [
+    "message_json",
+    "message_lines",
+    "messages_table",
+    "replay_refusal",
+    "replayed_line",
+    "span",
+    "status_lines",
+    "when",
+]
+
+ERROR_WIDTH = 60  # the table's oxirgi_xato column; `outbox show` and --json give it in full
+KEY_WIDTH = 40
+
+# Why a row in another state is not replayed: what that state means for it.
+_NOT_FAILED = {
+    "kutmoqda": "it is already waiting to be sent",
+    "bajarilmoqda": "a relay is sending it right now",
+    "bajarildi": "it was delivered",
+}
+
+
+def span(seconds: float) -> str:
+    """A duration as a person would type it back: 7d, 1h30m, 5m, 45s (whole seconds)."""
+    left = round(seconds)
+    if left == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)
+
+
+def when(moment: datetime | None) -> str:
+    """A time in UTC, to the second: the same answer on every operator's machine."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+
+
+def _clip(text: str | None, width: int) -> str:
+    if not text:
+        return "-"
+    line = " ".join(text.split())  # one line per row, whatever the error contained
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> list[str]:
+    """Columns padded to their widest cell; numbers right-aligned; no trailing spaces."""
+    widths = [max(len(cell) for cell in column) for column in zip(headers, *rows, strict=True)]
+    lines = []
+    for row in (headers, *rows):
+        cells = [
+            cell.rjust(width) if i in numeric else cell.ljust(width)
+            for i, (cell, width) in enumerate(zip(row, widths, strict=True))
+        ]
+        lines.append("  ".join(cells).rstrip())
+    return lines
+
+
+def messages_table(messages: Sequence[Message]) -> list[str]:
+    headers = ("id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato")
+    rows = [
+        (
+            str(m.id),
+            m.kind,
+            _clip(m.key, KEY_WIDTH),
+            m.state,
+            str(m.attempts),
+            when(m.next_attempt_at),
+            _clip(m.last_error, ERROR_WIDTH),
+        )
+        for m in messages
+    ]
+    return table(headers, rows, numeric={0, 4})
+
+
+def _marker_json(marker: SentMarker | None) -> dict[str, Any] | None:
+    if marker is None:
+        return None
+    return {
+        "chat_id": marker.chat_id,
+        "message_id": marker.message_id,
+        "yuborilgan_vaqt": marker.sent_at.isoformat(),
+    }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    return {
+        "id": m.id,
+        "tur": m.kind,
+        "kalit": m.key,
+        "holat": m.state,
+        "urinish": m.attempts,
+        "keyingi_urinish": _iso(m.next_attempt_at),
+        "band_vaqti": _iso(m.claimed_at),
+        "oxirgi_xato": m.last_error,
+        "yaratilgan": _iso(m.created_at),
+        "yangilangan": _iso(m.updated_at),
+        "payload": m.payload,
+        "tarix": m.history,
+        "yuborilgan": _marker_json(m.marker),
+    }
+
+
+def _marker_text(marker: SentMarker) -> str:
+    return (
+        f"sent at {when(marker.sent_at)} as Telegram message {marker.message_id} "
+        f"in chat {marker.chat_id}"
+    )
+
+
+def _history_line(entry: dict[str, Any]) -> str:
+    """One tarix entry: when, which attempt, then what happened (the error first)."""
+    rest = dict(entry)
+    raw_time, attempt = rest.pop("vaqt", None), rest.pop("urinish", None)
+    try:
+        moment = when(datetime.fromisoformat(raw_time)) if raw_time else "-"
+    except (TypeError, ValueError):
+        moment = str(raw_time)
+    first = [key for key in ("xato", "hodisa") if key in rest]
+    order = first + [key for key in rest if key not in first]
+    parts = [f"{key}: {_plain(rest[key])}" for key in order]
+    return f"  {moment}  urinish {attempt if attempt is not None else '-'}  " + "; ".join(parts)
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+
+
+def message_lines(m: Message) -> list[str]:
+    fields = [
+        ("id", str(m.id)),
+        ("tur", m.kind),
+        ("kalit", m.key),
+        ("holat", m.state),
+        ("urinish", str(m.attempts)),
+        ("keyingi_urinish", when(m.next_attempt_at)),
+        ("band_vaqti", when(m.claimed_at)),
+        ("oxirgi_xato", m.last_error or "-"),
+        ("yaratilgan", when(m.created_at)),
+        ("yangilangan", when(m.updated_at)),
+        ("yuborilgan", "-" if m.marker is None else _marker_text(m.marker)),
+    ]
+    lines = [f"{name:<16} {value}" for name, value in fields]
+    lines.append("payload")
+    payload = json.dumps(m.payload, indent=2, ensure_ascii=False, sort_keys=True)
+    lines.extend("  " + line for line in payload.splitlines())
+    lines.append(f"tarix ({len(m.history)})")
+    lines.extend(_history_line(entry) for entry in m.history)
+    return lines
+
+
+def replayed_line(result: ReplayResult, *, forced: bool) -> str:
+    line = f"replayed message {result.id}: xato -> kutmoqda"
+    if forced and result.marker is not None:
+        line += f"; it was {_marker_text(result.marker)}, and will be sent again"
+    return line
+
+
+def replay_refusal(result: ReplayResult) -> str:
+    """Why a row was not replayed, in one line."""
+    if result.state is None:
+        return f"no outbox message with id {result.id}"
+    if result.state != "xato":
+        reason = _NOT_FAILED.get(result.state, "only failed messages are replayed")
+        if result.marker is not None:
+            reason += f", {_marker_text(result.marker)}"
+        return f"message {result.id} not replayed: it is {result.state}, not xato ({reason})"
+    marker = result.marker
+    assert marker is not None  # a failed row is refused only for its sent marker
+    return (
+        f"message {result.id} not replayed: it was already {_marker_text(marker)}; "
+        "--force sends it again"
+    )
+
+
+def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[str]:
+    rows = [(state, str(n), "") for state, n in status.counts.items()]
+    rows += [
+        (
+            "lag",
+            span(status.lag_seconds),
+            f"oldest due pending row (max {span(max_lag)})",
+        ),
+        ("stuck", str(status.stuck), f"claims older than the {span(lease)} lease"),
+        ("markers", str(status.markers), "sent markers (yuborilgan)"),
+    ]
+    width = max(len(value) for _, value, _ in rows)
+    return [f"{name:<13} {value:>{width}}  {note}".rstrip() for name, value, note in rows]
