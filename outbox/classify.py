@@ -57,9 +57,15 @@ def _transport_cause(err: BaseException) -> BaseException | None:
     return cause
 
 
+def _without_body(message: str) -> str:
+    """python-telegram-bot quotes a non-JSON answer (a proxy's HTML page) in full: drop it."""
+    status, quoted, _ = message.partition(". Parsing the server response")
+    return f"{status}, and the answer was not the Bot API's JSON" if quoted else message
+
+
 def classify(err: BaseException) -> Failure:  # noqa: PLR0911, PLR0912 - one branch per Telegram answer
     """Map an exception raised while sending to what the relay should do about it."""
-    message = redact(str(err)) or type(err).__name__
+    message = _without_body(redact(str(err))) or type(err).__name__
     if isinstance(err, MalformedPayload):
         return Failure(FailureKind.PERMANENT, f"malformed payload: {message}")
     if isinstance(err, tg.RetryAfter):

@@ -339,14 +339,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_level(name: str) -> int:
+    level = logging.getLevelNamesMapping().get(name)
+    if level is None:
+        raise InvalidInput(f"unknown log level {name!r}: use DEBUG, INFO, WARNING or ERROR")
+    return level
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
-        level = getattr(logging, args.log_level, None)
-        if not isinstance(level, int):
-            raise InvalidInput(f"unknown log level {args.log_level!r}")
-        configure_logging(level)
+        configure_logging(_log_level(args.log_level))
         handler: Handler = args.handler
         return handler(args)
     except OutboxError as err:
@@ -354,6 +358,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception:
+        # A bug, not a mistake of the user's: keep the traceback, but through the redacting
+        # log formatter, so that not even a crash can print the token.
+        logging.getLogger("outbox").exception("unexpected error")
+        return 1
 
 
 if __name__ == "__main__":

@@ -25,7 +25,7 @@ import signal
 import threading
 import time
 from collections import deque
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from http import HTTPStatus
 from typing import Any
 
@@ -133,6 +133,10 @@ class Fault:
     def drop(cls, delivered: bool = False) -> Fault:
         # Connection closed without an answer; ``delivered`` says whether Telegram got it.
         return cls("drop", delivered=bool(delivered))
+
+    def after(self, seconds: float) -> Fault:
+        """The same answer, given ``seconds`` late (a Bot API that hangs, then refuses)."""
+        return replace(self, delay=float(seconds))
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> Fault:
@@ -412,7 +416,7 @@ class FakeTelegram:
         user = {"id": int(token.split(":", 1)[0]), **_BOT_USER}
         return {**user, **_BOT_ME} if full else user
 
-    async def _bot_api(self, request: web.Request) -> web.StreamResponse:
+    async def _bot_api(self, request: web.Request) -> web.StreamResponse:  # noqa: PLR0911
         at = time.monotonic()
         token = request.match_info["token"]
         raw_method = request.match_info["method"]
@@ -433,6 +437,10 @@ class FakeTelegram:
         except ValueError:
             bad_json = _error(400, "Bad Request: can't parse JSON object")
             return await self._answer(None, method, at, bad_json)
+        except ConnectionResetError:
+            # The client vanished mid-request (a relay killed with -9): nothing was delivered
+            # and nobody is left to answer.
+            return web.Response(status=400)
         return await self._send_message(request, token, params, at)
 
     async def _send_message(
@@ -455,7 +463,7 @@ class FakeTelegram:
                 )
             else:
                 response = _error(fault.status, fault.description, dict(fault.parameters))
-            return await self._answer(chat_id, method, at, response)
+            return await self._answer(chat_id, method, at, response, fault.delay)
 
         message: dict[str, Any] = {}
         if fault is None or fault.delivered:

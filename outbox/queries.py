@@ -25,6 +25,7 @@ __all__ = [
     "claim_due",
     "count_by_state",
     "enqueue",
+    "guard_maintenance_session",
     "reap_stale",
     "reap_stale_async",
     "record_outcomes",
@@ -244,6 +245,19 @@ _RELEASE_MAINTENANCE_LOCK = "SELECT pg_advisory_unlock(%(key)s)"
 async def release_maintenance_lock(conn: AsyncConn) -> None:
     """Let another relay do the next round (a hung holder must not block the reaper)."""
     await conn.execute(_RELEASE_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
+
+
+# A relay that hangs between taking and releasing the lock must not keep it: the server ends a
+# maintenance session that sits idle, in or out of a transaction, this long. Set only where the
+# server knows the setting (idle_session_timeout is PostgreSQL 14+).
+_GUARD_MAINTENANCE_SESSION = """
+SELECT set_config(name, %(ms)s, false) FROM pg_settings
+WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')
+"""
+
+
+async def guard_maintenance_session(conn: AsyncConn, *, idle_seconds: float) -> None:
+    await conn.execute(_GUARD_MAINTENANCE_SESSION, {"ms": str(max(1, int(idle_seconds * 1000)))})
 
 
 # A claim older than the lease belongs to a relay that died or hangs. The attempt it made

@@ -124,6 +124,12 @@ class Relay:
         self._flush_lock = asyncio.Lock()
         # Send slots: claimed rows beyond them (claim_ahead) wait here for a slot to free up.
         self._slots = asyncio.Semaphore(config.concurrency)
+        # Outcomes recorded and written so far, in order: a send keeps its slot until its
+        # outcome is written (see _process). ``_written`` is set, and replaced, at each write.
+        self._recorded_count = 0
+        self._written_count = 0
+        self._written = asyncio.Event()
+        self._flusher_running = False
         self._cancelled: set[int] = set()
         self._fatal: BaseException | None = None
         self._total = RunSummary()
@@ -207,7 +213,11 @@ class Relay:
         while not self._stopping.is_set():
             free = self.config.concurrency + self.config.claim_ahead - len(in_flight)
             timeout = self.config.poll_interval
-            if free >= min_claim:
+            paused = self._limiter.paused_for(asyncio.get_running_loop().time())
+            if paused > 0:
+                # Flood control: this bot must not send; claim nothing until the pause ends.
+                timeout = paused
+            elif free >= min_claim:
                 want = min(free, self.config.batch_size)
                 rows = await self._claim(want)
                 for row in rows:
@@ -281,10 +291,23 @@ class Relay:
                             "those rows to the queue after the lease",
                             len(self._pending),
                         )
+                        self._mark_written(len(self._pending))  # given up: nobody waits
                         self._pending.clear()
                         return
                     await asyncio.sleep(0.1)
                     continue
+                except psycopg.Error as err:
+                    # The database refused the batch itself (a bug, not an outage): retrying
+                    # cannot help, and the rows are not lost: the reaper returns them.
+                    log.error(
+                        "could not record %d outcomes (%s); the reaper returns those rows to "
+                        "the queue after the lease",
+                        len(batch),
+                        err,
+                    )
+                    self._mark_written(len(batch))
+                    continue
+                self._mark_written(len(batch))
                 if applied < len(batch):
                     self._total.fenced_out += len(batch) - applied
                     log.warning(
@@ -295,16 +318,37 @@ class Relay:
                     self._wakeup.set()  # a retry may now be the earliest due row
 
     async def _flush_forever(self) -> None:
-        while not self._stopping.is_set():
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._flush_now.wait(), self.config.flush_interval)
-            self._flush_now.clear()
-            await self._flush()
+        self._flusher_running = True
+        try:
+            while not self._stopping.is_set():
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._flush_now.wait(), self.config.flush_interval)
+                self._flush_now.clear()
+                await self._flush()
+        finally:
+            self._flusher_running = False
+            self._written.set()  # nobody waits for a flusher that has ended
 
     def _record(self, outcome: queries.Outcome) -> None:
         self._pending.append(outcome)
-        if len(self._pending) >= self.config.flush_size:
-            self._flush_now.set()
+        self._recorded_count += 1
+        # Sends hold their slots until written, so waiting to fill a batch costs throughput:
+        # write at once. Batches still form: what is recorded while a write is in flight goes
+        # together in the next one, as commits do in a database's group commit.
+        self._flush_now.set()
+
+    def _mark_written(self, count: int) -> None:
+        self._written_count += count
+        self._written.set()
+        self._written = asyncio.Event()
+
+    async def _until_written(self) -> None:
+        """Wait until every outcome recorded so far is written (or the relay is stopping)."""
+        target = self._recorded_count
+        while (
+            self._written_count < target and self._flusher_running and not self._stopping.is_set()
+        ):
+            await self._written.wait()
 
     async def _listen_forever(self) -> None:
         """LISTEN for new rows and cancellations; after a reconnect, look again at once."""
@@ -349,10 +393,16 @@ class Relay:
         keeper = _Connection(self.config.database_url, "maintenance", self._stopping)
         # An expired claim waits at most half a lease more, whatever the reap interval.
         interval = min(self.config.reap_interval, self.config.lease_seconds / 2)
+        guarded: object = None
         try:
             while True:
                 try:
                     conn = await keeper.get()
+                    if conn is not guarded:
+                        # The session is idle between rounds; much longer means a hung relay.
+                        idle = 2 * interval + 30.0
+                        await queries.guard_maintenance_session(conn, idle_seconds=idle)
+                        guarded = conn
                     if await queries.try_maintenance_lock(conn):
                         try:
                             reaped = await queries.reap_stale_async(
@@ -368,6 +418,8 @@ class Relay:
                             self._wakeup.set()
                 except _DB_LOST as err:
                     keeper.lost(err)
+                except Exception:  # the reaper must outlive any one bad round
+                    log.exception("maintenance round failed; trying again in %.0f s", interval)
                 await asyncio.sleep(interval)
         finally:
             await keeper.close()
@@ -393,6 +445,11 @@ class Relay:
                 ),
             )
             raise
+        else:
+            # The slot is held until the outcome is written, so a crash finds at most
+            # `concurrency` messages sent but without their sent marker, however far behind
+            # the writes are (and a database outage stops new sends after that many).
+            await self._until_written()
         finally:
             self._slots.release()
 
@@ -408,16 +465,20 @@ class Relay:
             return
         chat_id = args["chat_id"]
         loop = asyncio.get_running_loop()
-        wait_for_chat = self._limiter.chat_delay(chat_id, loop.time())
-        if wait_for_chat > self.config.max_chat_hold:
-            self._total.deferred += 1
-            self._release(row, delay=wait_for_chat)
-            return
         new_chat_id: int | None = None
         while True:
+            # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
+            now = loop.time()
+            hold = max(self._limiter.chat_delay(chat_id, now), self._limiter.paused_for(now))
+            if hold > self.config.max_chat_hold:
+                self._total.deferred += 1
+                self._release(row, delay=hold)
+                return
             if not await self._wait_for_slot(chat_id) or row.id in self._cancelled:
                 self._skip_unsent(row)
                 return
+            if self._limiter.paused_for(loop.time()) > 0.001:
+                continue  # flood control began while this send waited for its turn
             try:
                 sent = await self._sender.send(args)
             except Exception as err:  # noqa: BLE001 - every failure is classified in one place

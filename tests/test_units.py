@@ -47,7 +47,7 @@ def test_format_duration() -> None:
 
 
 def test_private_chat_gets_one_message_per_second_and_others_are_not_held() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0))
+    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
     assert limiter.reserve(1, now=100.0) == 0.0
     assert limiter.reserve(1, now=100.0) == pytest.approx(1.0)
     assert limiter.reserve(2, now=100.0) == 0.0  # another chat is not held back
@@ -55,9 +55,17 @@ def test_private_chat_gets_one_message_per_second_and_others_are_not_held() -> N
 
 
 def test_groups_get_twenty_per_minute() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=0, per_group_per_minute=20))
+    limiter = RateLimiter(RateLimits(per_bot=0, per_group_per_minute=20, chat_margin=0.0))
     waits = [limiter.reserve(-100123, now=0.0) for _ in range(3)]
     assert waits == pytest.approx([0.0, 3.0, 6.0])
+
+
+def test_chat_spacing_keeps_a_margin_by_default() -> None:
+    # Requests travel unevenly: spaced exactly 1 s (3 s) apart they may arrive closer than
+    # Telegram's window allows, so the default spacing is a little longer.
+    limiter = RateLimiter(RateLimits(per_bot=0))
+    assert [limiter.reserve(7, now=0.0) for _ in range(2)] == pytest.approx([0.0, 1.05])
+    assert [limiter.reserve(-7, now=0.0) for _ in range(21)][-1] == pytest.approx(61.0)
 
 
 def test_per_bot_pacing_and_switch_off() -> None:

@@ -1,0 +1,301 @@
+"""Helpers for tests that run relays as real processes against the fake Bot API."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import random
+import signal
+import socket
+import stat
+import subprocess
+import sys
+import time
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+import sqlalchemy as sa
+
+from outbox import queries
+from outbox.embedded import postgres_bin_dir
+from tests.conftest import TEST_TOKEN
+
+__all__ = [
+    "OwnPostgres",
+    "RelayProcess",
+    "Relays",
+    "enqueue_numbered",
+    "relay_env",
+    "row",
+    "states",
+    "wait_until",
+]
+
+
+def relay_env(db_url: str, api_url: str, **settings: str) -> dict[str, str]:
+    """The environment of a relay process: rate limits off, everything else default.
+
+    ``settings`` adds or overrides variables (``OUTBOX_LEASE="2s"`` and so on).
+    """
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_"))}
+    env.update(
+        OUTBOX_DATABASE_URL=db_url,
+        TELEGRAM_BOT_TOKEN=TEST_TOKEN,
+        OUTBOX_TELEGRAM_API_URL=api_url,
+        OUTBOX_RATE_LIMIT="0",
+        OUTBOX_CHAT_RATE_LIMIT="0",
+        OUTBOX_GROUP_RATE_LIMIT="0",
+        OUTBOX_LOG_LEVEL="INFO",
+        PYTHONUNBUFFERED="1",
+    )
+    env.update(settings)
+    return env
+
+
+class RelayProcess:
+    """``outbox relay`` in a process of its own; output goes to files (no pipe can fill up)."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path, name: str, *args: str) -> None:
+        self.name = name
+        self.argv = [sys.executable, "-m", "outbox.cli", "relay", *args]
+        self.stdout_path = log_dir / f"{name}.out"
+        self.stderr_path = log_dir / f"{name}.err"
+        with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
+            # Run from the log folder: the relay must not depend on the working directory.
+            self.proc = subprocess.Popen(
+                self.argv, env=dict(env), stdout=out, stderr=err, cwd=log_dir
+            )
+
+    @property
+    def pid(self) -> int:
+        return self.proc.pid
+
+    def alive(self) -> bool:
+        return self.proc.poll() is None
+
+    def signal(self, sig: signal.Signals) -> None:
+        if self.alive():
+            os.kill(self.proc.pid, sig)
+
+    def kill(self) -> None:
+        """kill -9: no cleanup of any kind happens in the relay."""
+        self.signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self, timeout: float = 20.0) -> int:
+        """SIGTERM, then wait for the exit code."""
+        self.signal(signal.SIGTERM)
+        return self.proc.wait(timeout)
+
+    def wait(self, timeout: float = 20.0) -> int:
+        return self.proc.wait(timeout)
+
+    @property
+    def stdout(self) -> str:
+        return self.stdout_path.read_text(errors="replace")
+
+    @property
+    def stderr(self) -> str:
+        return self.stderr_path.read_text(errors="replace")
+
+    def describe(self) -> str:
+        return (
+            f"--- {self.name} stdout ---\n{self.stdout}\n--- {self.name} stderr ---\n{self.stderr}"
+        )
+
+
+class Relays:
+    """Starts relay processes and makes sure none outlives the test."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+        self.env = dict(env)
+        self.log_dir = log_dir
+        self.started: list[RelayProcess] = []
+
+    def start(self, *args: str, **settings: str) -> RelayProcess:
+        name = f"relay{len(self.started) + 1}"
+        relay = RelayProcess({**self.env, **settings}, self.log_dir, name, *args)
+        self.started.append(relay)
+        return relay
+
+    def describe(self) -> str:
+        return "\n".join(r.describe() for r in self.started)
+
+    def close(self) -> None:
+        for relay in self.started:
+            if relay.alive():
+                with contextlib.suppress(ProcessLookupError, OSError):
+                    os.kill(relay.pid, signal.SIGCONT)  # a test may have stopped it
+                relay.kill()
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[Relays]:
+        try:
+            yield self
+        finally:
+            self.close()
+
+
+def wait_until(
+    condition: Callable[[], Any],
+    timeout: float,
+    what: str,
+    *,
+    interval: float = 0.05,
+    explain: Callable[[], str] | None = None,
+) -> Any:
+    """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = condition()
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            detail = f"\n{explain()}" if explain is not None else ""
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}{detail}")
+        time.sleep(interval)
+
+
+def states(engine: sa.Engine) -> dict[str, int]:
+    with engine.begin() as conn:
+        return queries.count_by_state(conn)
+
+
+def row(engine: sa.Engine, key: str) -> dict[str, Any]:
+    """One outbox row by key, with its sent marker's chat and message id (or None)."""
+    with engine.begin() as conn:
+        found = (
+            conn.exec_driver_sql(
+                "SELECT o.id, o.holat, o.urinish, o.payload, o.oxirgi_xato, o.tarix, "
+                "o.keyingi_urinish, o.yangilangan, y.chat_id AS marker_chat, "
+                "y.message_id AS marker_message "
+                "FROM outbox o LEFT JOIN yuborilgan y USING (kalit) WHERE o.kalit = %(k)s",
+                {"k": key},
+            )
+            .mappings()
+            .one()
+        )
+    return dict(found)
+
+
+def enqueue_numbered(engine: sa.Engine, n: int, *, first_chat: int) -> None:
+    """``n`` messages in one transaction: message i goes to chat ``first_chat + i``."""
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO outbox (kalit, payload) "
+            "SELECT 'n' || i, jsonb_build_object('chat_id', %(first)s + i, 'text', 'xabar ' || i) "
+            "FROM generate_series(0, %(n)s - 1) AS i",
+            {"n": n, "first": first_chat},
+        )
+
+
+class OwnPostgres:
+    """A PostgreSQL server of the test's own, on a TCP port, that the test stops and starts.
+
+    It uses the binaries of the pgserver wheel. Postgres refuses to run as root; as root the
+    server runs as pgserver's system user ``pgserver`` (created by pgserver when missing), as
+    pgserver itself does.
+    """
+
+    def __init__(self, base: Path) -> None:
+        self.bin = postgres_bin_dir()
+        self.pgdata = base / "pgdata"
+        self.logfile = base / "postgres.log"
+        self.port = _free_port()
+        self.user: str | None = None
+        self.pgdata.mkdir(parents=True)
+        if os.geteuid() == 0:
+            self.user = _postgres_system_user(self.pgdata, base)
+        self._run(
+            "initdb",
+            "-D",
+            str(self.pgdata),
+            "-U",
+            "postgres",
+            "--auth=trust",
+            "--encoding=UTF8",
+            "--no-sync",
+        )
+
+    @property
+    def url(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def start(self) -> None:
+        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k '' -c fsync=on"
+        self._run(
+            "pg_ctl",
+            "-D",
+            str(self.pgdata),
+            "-l",
+            str(self.logfile),
+            "-w",
+            "-t",
+            "30",
+            "-o",
+            options,
+            "start",
+        )
+
+    def stop(self, mode: str = "fast") -> None:
+        self._run("pg_ctl", "-D", str(self.pgdata), "-m", mode, "-w", "-t", "30", "stop")
+
+    def close(self) -> None:
+        with contextlib.suppress(subprocess.CalledProcessError):
+            self.stop("immediate")
+
+    def _run(self, program: str, *args: str) -> None:
+        try:
+            subprocess.run(
+                [str(self.bin / program), *args],
+                check=True,
+                capture_output=True,
+                user=self.user,
+                cwd=self.pgdata.parent,
+                timeout=60,
+            )
+        except subprocess.CalledProcessError as err:
+            err.add_note(f"stderr: {err.stderr.decode(errors='replace')}")
+            if self.logfile.exists():
+                err.add_note(f"server log: {self.logfile.read_text(errors='replace')[-2000:]}")
+            raise
+
+
+def _free_port() -> int:
+    """A free port below the ephemeral range, so that no client socket takes it meanwhile
+    (the server must get the same port back when it restarts)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20_000, 32_000)
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free TCP port for PostgreSQL")
+
+
+def _postgres_system_user(pgdata: Path, base: Path) -> str:
+    """Let pgserver's system user run the binaries and own the data (and log) folder."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # platformdirs, on import of pgserver
+        from pgserver.utils import (  # only when running as root
+            ensure_folder_permissions,
+            ensure_prefix_permissions,
+            ensure_user_exists,
+        )
+
+    user = "pgserver"
+    entry = ensure_user_exists(user)
+    bin_dir = postgres_bin_dir()
+    ensure_prefix_permissions(pgdata)
+    ensure_prefix_permissions(bin_dir)
+    readable = stat.S_IRGRP | stat.S_IROTH
+    ensure_folder_permissions(bin_dir, readable | stat.S_IXGRP | stat.S_IXOTH)
+    ensure_folder_permissions(bin_dir.parent / "lib", readable)
+    for path in (pgdata, base):
+        os.chown(path, entry.pw_uid, entry.pw_gid)
+    return user

@@ -1,0 +1,306 @@
+"""Crash safety with real processes: kill -9, a Postgres restart, many relays, a hung relay."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import signal
+import subprocess
+import time
+from collections import Counter
+from collections.abc import Callable, Iterator
+from datetime import datetime
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from outbox import enqueue, migrate, queries
+from outbox.db import async_connect, create_engine
+from outbox.fake_telegram import FakeTelegram, Fault
+from tests.conftest import TEST_TOKEN
+from tests.support import (
+    OwnPostgres,
+    Relays,
+    enqueue_numbered,
+    relay_env,
+    row,
+    states,
+    wait_until,
+)
+
+CONCURRENCY = 32
+
+
+@pytest.fixture
+def relays(db_url: str, fake_telegram: FakeTelegram, tmp_path: Path) -> Iterator[Relays]:
+    env = relay_env(db_url, fake_telegram.api_url)
+    with Relays(env, tmp_path).running() as group:
+        yield group
+
+
+def held_since(engine: sa.Engine, since: datetime | None) -> tuple[int, datetime]:
+    """Rows claimed (and still held) since ``since``, and the database's clock now."""
+    with engine.begin() as conn:
+        count, now = conn.exec_driver_sql(
+            "SELECT count(*) FILTER (WHERE holat = 'bajarilmoqda' "
+            "AND band_vaqti >= coalesce(%(since)s::timestamptz, '-infinity')), now() FROM outbox",
+            {"since": since},
+        ).one()
+    return int(count), now
+
+
+def at_least(fake: FakeTelegram, n: int) -> Callable[[], bool]:
+    return lambda: fake.count() >= n
+
+
+@pytest.mark.slow
+def test_kill_9_three_times_during_a_drain_loses_nothing(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    n, first_chat = 5000, 10_000
+    fake_telegram.latency = 0.02  # keeps sends in flight at the kill
+    enqueue_numbered(engine, n, first_chat=first_chat)
+    settings = {
+        "OUTBOX_CONCURRENCY": str(CONCURRENCY),
+        "OUTBOX_BATCH_SIZE": str(CONCURRENCY),
+        "OUTBOX_LEASE": "2s",
+        # A row can be claimed by each of the three killed relays; that must not fail it.
+        "OUTBOX_MAX_ATTEMPTS": "5",
+    }
+    killed_at: list[float] = []
+    held_at_kill: list[int] = []  # rows the dead relay still held: claimed, not recorded
+    previous_kill: datetime | None = None
+    for target in (800, 1900, 3000):
+        relay = relays.start(**settings)
+        wait_until(
+            at_least(fake_telegram, target), 60, f"{target} deliveries", explain=relays.describe
+        )
+        assert relay.alive(), relay.describe()
+        relay.kill()
+        killed_at.append(time.monotonic())
+        # Everything claimed since the previous kill and still held is the dead relay's.
+        held, previous_kill = held_since(engine, previous_kill)
+        held_at_kill.append(held)
+    final = relays.start(**settings)
+    wait_until(
+        lambda: states(engine)["bajarildi"] + states(engine)["xato"] == n,
+        90,
+        "every row to be terminal",
+        explain=relays.describe,
+    )
+    assert final.stop() == 0, final.describe()
+
+    delivered = fake_telegram.delivered
+    per_chat = Counter(d.chat_id for d in delivered)
+    assert set(per_chat) == set(range(first_chat, first_chat + n)), "a message was lost"
+    assert states(engine) == {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": n, "xato": 0}
+    # A duplicate is a message Telegram accepted whose sent marker had not committed at a kill:
+    # it belongs to the kill that followed its first delivery (the last slot: no kill).
+    first_at: dict[int, float] = {}
+    for d in delivered:
+        first_at.setdefault(d.chat_id, d.at)
+    duplicates = [0] * (len(killed_at) + 1)
+    for chat, count in per_chat.items():
+        duplicates[sum(1 for k in killed_at if k < first_at[chat])] += count - 1
+    print(f"\nduplicates per kill {duplicates[:-1]}; rows the dead relay held {held_at_kill}")
+    assert duplicates[-1] == 0, "a message was sent twice without a crash"
+    assert len(delivered) <= n + 3 * CONCURRENCY
+    for dups, held in zip(duplicates, held_at_kill, strict=False):
+        assert dups <= min(held, CONCURRENCY), (duplicates, held_at_kill)
+
+
+def test_a_relay_hung_past_its_lease_is_reaped_and_its_late_result_discarded(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    chat = 555
+    with engine.begin() as conn:
+        enqueue(conn, key="hung", payload={"chat_id": chat, "text": "kechikkan"})
+    # The Bot API holds the first answer, then refuses: a late result that, written, would
+    # turn a delivered message into a dead letter.
+    fake_telegram.script(chat, Fault.forbidden().after(1.5))
+    settings = {"OUTBOX_LEASE": "2s"}
+    hung = relays.start(**settings)
+    wait_until(
+        lambda: any(r.chat_id == chat for r in fake_telegram.requests),
+        20,
+        "the first relay to send",
+        interval=0.01,
+        explain=relays.describe,
+    )
+    # The process hangs mid-send, holding its claim (after its start-up maintenance round,
+    # which takes milliseconds, so that it does not hang holding the maintenance lock).
+    time.sleep(0.3)
+    hung.signal(signal.SIGSTOP)
+    rescuer = relays.start(**settings)
+    wait_until(
+        lambda: row(engine, "hung")["holat"] == "bajarildi",
+        20,
+        "the second relay to reap and deliver the row",
+        explain=relays.describe,
+    )
+    rescued = row(engine, "hung")
+    hung.signal(signal.SIGCONT)  # the late 403 reaches the hung relay now
+    assert hung.stop() == 0, hung.describe()
+    assert rescuer.stop() == 0, rescuer.describe()
+
+    assert row(engine, "hung") == rescued, "the hung relay's late result was written"
+    assert rescued["urinish"] == 2
+    assert rescued["marker_message"] == 1
+    assert "claim expired" in rescued["oxirgi_xato"]
+    assert [d.text for d in fake_telegram.delivered_to(chat)] == ["kechikkan"]
+    assert [r.status for r in fake_telegram.requests if r.chat_id == chat] == [403, 200]
+    assert "discarded" in hung.stderr, hung.describe()
+
+
+@pytest.mark.slow
+def test_relay_rides_out_a_postgres_restart_by_itself(
+    fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    try:
+        server = OwnPostgres(tmp_path / "pg")
+    except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
+        pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
+    server.start()
+    engine = create_engine(server.url, pool_pre_ping=True)
+    try:
+        migrate.upgrade(server.url)
+        n, first_chat = 1000, 20_000
+        enqueue_numbered(engine, n, first_chat=first_chat)
+        env = relay_env(
+            server.url,
+            fake_telegram.api_url,
+            OUTBOX_RATE_LIMIT="250",  # a drain of a few seconds, so the outage lands in it
+            OUTBOX_LEASE="60s",  # no claim expires during the outage: nothing to duplicate
+            OUTBOX_CONCURRENCY="16",
+        )
+        with Relays(env, tmp_path).running() as relays:
+            relay = relays.start()
+            wait_until(
+                lambda: fake_telegram.count() >= 250, 30, "250 deliveries", explain=relays.describe
+            )
+            server.stop("immediate")  # a crash: connections drop without a goodbye
+            at_stop = fake_telegram.count()
+            time.sleep(2.0)
+            during_outage = fake_telegram.count() - at_stop
+            server.start()
+            wait_until(
+                lambda: states(engine)["bajarildi"] == n,
+                90,
+                "the drain to finish after the restart",
+                explain=relays.describe,
+            )
+            assert relay.alive(), "the relay gave up instead of reconnecting"
+            assert relay.stop() == 0, relay.describe()
+        per_chat = Counter(d.chat_id for d in fake_telegram.delivered)
+        print(f"\ndelivered before the crash {at_stop}, during the 2 s outage {during_outage}")
+        assert set(per_chat) == set(range(first_chat, first_chat + n))
+        assert max(per_chat.values()) == 1, "a message was sent twice"
+        assert states(engine) == {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": n, "xato": 0}
+        assert at_stop < n, "the outage missed the drain"
+        # Unrecorded sends hold their slots: with the database gone, sending stops.
+        assert during_outage <= 16
+        assert "connection lost" in relay.stderr
+    finally:
+        engine.dispose()
+        server.close()
+
+
+def test_four_relay_processes_deliver_every_message_exactly_once(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    n, first_chat = 2000, 30_000
+    fake_telegram.latency = 0.005
+    group = [relays.start(OUTBOX_CONCURRENCY="16", OUTBOX_BATCH_SIZE="16") for _ in range(4)]
+    wait_until(
+        lambda: all("listen connection" in r.stderr for r in group),
+        30,
+        "four listening relays",
+        explain=relays.describe,
+    )
+    enqueue_numbered(engine, n, first_chat=first_chat)
+    wait_until(lambda: states(engine)["bajarildi"] == n, 60, "the drain", explain=relays.describe)
+    assert [r.stop() for r in group] == [0, 0, 0, 0], relays.describe()
+
+    per_chat = Counter(d.chat_id for d in fake_telegram.delivered)
+    assert set(per_chat) == set(range(first_chat, first_chat + n))
+    assert max(per_chat.values()) == 1, "a message was sent twice"
+    sent = [int(re.search(r"(\d+) sent", r.stdout).group(1)) for r in group]  # type: ignore[union-attr]
+    assert sum(sent) == n
+    assert all(s > 0 for s in sent), f"the work was not shared: {sent}"
+
+
+def test_token_never_appears_in_debug_logs_errors_or_argv(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    secret = TEST_TOKEN.split(":")[1]
+    faults = {
+        800: Fault.retry_after(1),
+        801: Fault.server_error(500),
+        802: Fault.bad_gateway_html(),
+        803: Fault.drop(),
+        804: Fault.forbidden(),
+        805: Fault.bad_request("chat not found"),
+        -806: Fault.migrate(-100_806),
+        807: Fault.slow(0.3),
+    }
+    for chat, fault in faults.items():
+        fake_telegram.script(chat, fault)
+    with engine.begin() as conn:
+        for chat in faults:
+            enqueue(conn, key=f"s{chat}", payload={"chat_id": chat, "text": "maxfiy emas"})
+        enqueue(conn, key="malformed", payload={"chat_id": "nobody", "text": "x"})
+    debug = {"OUTBOX_LOG_LEVEL": "DEBUG", "OUTBOX_BACKOFF_BASE": "0.2s"}
+    relay = relays.start(**debug)
+    cmdline = Path(f"/proc/{relay.pid}/cmdline").read_bytes()
+    wait_until(
+        lambda: states(engine)["bajarildi"] + states(engine)["xato"] == len(faults) + 1,
+        30,
+        "every row to end",
+        explain=relays.describe,
+    )
+    # Last, the token itself is refused mid-run: the fatal path and its error line.
+    fake_telegram.script(None, Fault.unauthorized(), times=None)
+    with engine.begin() as conn:
+        enqueue(conn, key="refused", payload={"chat_id": 809, "text": "x"})
+    assert relay.wait(20) == 6, relay.describe()
+    # And a token Telegram does not know at all, refused at start-up.
+    stranger = relays.start(TELEGRAM_BOT_TOKEN="987654:WRONG-secret_value-xyz", **debug)
+    assert stranger.wait(20) == 6, stranger.describe()
+
+    assert TEST_TOKEN.encode() not in cmdline and secret.encode() not in cmdline
+    logs = relay.stdout + relay.stderr
+    assert " DEBUG " in logs, "the logs were not captured at DEBUG"
+    assert "outbox: Telegram rejected the bot token" in relay.stderr
+    assert secret not in logs, relay.describe()
+    assert "WRONG-secret_value" not in stranger.stdout + stranger.stderr, stranger.describe()
+    with engine.begin() as conn:
+        stored = conn.exec_driver_sql(
+            "SELECT string_agg(concat_ws(' ', oxirgi_xato, tarix::text, payload::text), ' ') "
+            "FROM outbox"
+        ).scalar_one()
+    assert "flood control" in stored and "Bad Gateway" in stored  # errors were written
+    assert secret not in stored
+
+
+def test_a_maintenance_lock_holder_that_hangs_loses_the_lock(db_url: str) -> None:
+    """The server ends a hung holder's session, so another relay's reaper can take over."""
+
+    async def scenario() -> None:
+        hung, other = await async_connect(db_url), await async_connect(db_url)
+        try:
+            if hung.info.server_version < 140000:
+                pytest.skip("idle_session_timeout needs PostgreSQL 14 or later")
+            await queries.guard_maintenance_session(hung, idle_seconds=0.5)
+            assert await queries.try_maintenance_lock(hung)
+            assert not await queries.try_maintenance_lock(other)
+            await asyncio.sleep(1.5)  # hangs between taking and releasing the lock
+            assert await queries.try_maintenance_lock(other)
+            with pytest.raises(psycopg.OperationalError):
+                await hung.execute("SELECT 1")
+        finally:
+            await hung.close()
+            await other.close()
+
+    asyncio.run(scenario())
