@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from outbox.api import Enqueued, cancel, enqueue
+from outbox.api import Enqueued, cancel, enqueue, update_pending
 from outbox.errors import OutboxError
 from outbox.states import State
 
-__all__ = ["Enqueued", "OutboxError", "State", "cancel", "enqueue"]
+__all__ = ["Enqueued", "OutboxError", "State", "cancel", "enqueue", "update_pending"]

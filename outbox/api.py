@@ -10,7 +10,7 @@ from typing import Any
 from outbox import queries
 from outbox.errors import InvalidInput
 
-__all__ = ["Enqueued", "cancel", "enqueue"]
+__all__ = ["Enqueued", "cancel", "enqueue", "update_pending"]
 
 REMINDER = "eslatma"
 
@@ -50,7 +50,18 @@ def enqueue(
 def cancel(conn: queries.SyncConn, keys: Sequence[str]) -> int:
     """Withdraw unsent messages by key in the caller's transaction; return how many.
 
-    A message a relay has already claimed is withdrawn too: the relay checks that its claim
-    still exists just before sending.
+    Pending and failed messages are deleted. So is a message a relay has claimed: a relay that
+    waited (for a rate limit) checks that its claim still exists before sending; one already
+    sending cannot be stopped. Do not enqueue the same key again right after cancelling it:
+    another relay could send it while the first one is still sending. Use a new key, or
+    ``update_pending`` to change a message's text.
     """
     return queries.cancel(conn, keys)
+
+
+def update_pending(conn: queries.SyncConn, key: str, payload: Mapping[str, Any]) -> bool:
+    """Replace the payload of a message that is still waiting; False if it is not.
+
+    A message being sent right now keeps the text it had; a sent one is not sent again.
+    """
+    return queries.update_pending(conn, key, dict(payload))

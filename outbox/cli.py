@@ -13,6 +13,7 @@ import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from outbox import admin
@@ -22,6 +23,8 @@ from outbox.config import (
     DEFAULT_GRACE,
     DEFAULT_LEASE,
     DEFAULT_MARKER_RETENTION,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_POLL_ONLY_INTERVAL,
     DEFAULT_RETENTION,
     RelayConfig,
     read_token,
@@ -41,15 +44,29 @@ _LIMITS = RateLimits()
 _RETRY = RetryPolicy()
 
 
-def _env(name: str, default: Any, convert: Callable[[str], Any] = str) -> Any:
-    """Default from the environment twin, converted like the flag would be."""
-    raw = os.environ.get(name)
-    if raw is None or raw == "":
-        return default
-    try:
-        return convert(raw)
-    except (ValueError, argparse.ArgumentTypeError) as err:
-        raise InvalidInput(f"{name}={raw!r} is not valid: {err}") from None
+@dataclass(frozen=True, slots=True)
+class _FromEnv:
+    """A default taken from an environment twin, converted only if its command runs.
+
+    Converting at parser build time would let a bad variable meant for one command break
+    every other command.
+    """
+
+    name: str
+    raw: str
+    convert: Callable[[str], Any]
+
+    def resolve(self) -> Any:
+        try:
+            return self.convert(self.raw)
+        except (ValueError, argparse.ArgumentTypeError) as err:
+            raise InvalidInput(f"{self.name}={self.raw!r} is not valid: {err}") from None
+
+
+def _resolve_env_defaults(args: argparse.Namespace) -> None:
+    for name, value in vars(args).items():
+        if isinstance(value, _FromEnv):
+            setattr(args, name, value.resolve())
 
 
 def _flag_bool(raw: str) -> bool:
@@ -100,9 +117,10 @@ class _Parser(argparse.ArgumentParser):
     ) -> None:
         """A flag whose default comes from its environment twin."""
         kwargs.setdefault("type", convert)
-        self.add_argument(
-            *flags, default=_env(env, default, convert), help=f"{help} [env: {env}]", **kwargs
-        )
+        raw = os.environ.get(env, "")
+        if raw:
+            default = _FromEnv(env, raw, convert)
+        self.add_argument(*flags, default=default, help=f"{help} [env: {env}]", **kwargs)
 
 
 def _add_database(parser: _Parser) -> None:
@@ -226,7 +244,10 @@ def _relay_flags(parser: _Parser) -> None:
 
 
 def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
-    poll_interval = args.poll_interval or (1.0 if args.poll_only else 30.0)
+    if args.poll_interval is not None:
+        poll_interval = args.poll_interval
+    else:
+        poll_interval = DEFAULT_POLL_ONLY_INTERVAL if args.poll_only else DEFAULT_POLL_INTERVAL
     return RelayConfig(
         database_url=url,
         concurrency=args.concurrency,
@@ -350,6 +371,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         parser = build_parser()
         args = parser.parse_args(argv)
+        _resolve_env_defaults(args)
         configure_logging(_log_level(args.log_level))
         handler: Handler = args.handler
         return handler(args)

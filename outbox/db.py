@@ -97,14 +97,35 @@ def connect_errors(url: str) -> Iterator[None]:
         ) from err
 
 
-async def async_connect(url: str, *, autocommit: bool = True) -> psycopg.AsyncConnection[object]:
-    """A psycopg async connection for the relay's hot path."""
+# A connection whose peer vanished without a word (a failover, a dropped NAT entry) must fail
+# within seconds, not after the kernel's two hours: TCP keepalives and a cap on unacknowledged
+# data. URL parameters of the same names win. Unix sockets ignore them.
+_LIVENESS = {
+    "connect_timeout": "10",
+    "keepalives": "1",
+    "keepalives_idle": "10",
+    "keepalives_interval": "5",
+    "keepalives_count": "3",
+    "tcp_user_timeout": "30000",
+}
+
+
+async def async_connect(
+    url: str, *, autocommit: bool = True, prepare: bool = True
+) -> psycopg.AsyncConnection[object]:
+    """A psycopg async connection for the relay's hot path.
+
+    ``prepare``: the server prepares the statements the relay repeats after their second use.
+    Off behind a transaction-pooling PgBouncer, whose server connections change under us.
+    """
+    conninfo = normalize_url(url)
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    extra = {k: v for k, v in _LIVENESS.items() if k not in given}
     with connect_errors(url):
         return await psycopg.AsyncConnection.connect(
-            normalize_url(url),
+            psycopg.conninfo.make_conninfo(conninfo, **extra),
             autocommit=autocommit,
-            # Statements the relay repeats are prepared by the server after their second use.
-            prepare_threshold=2,
+            prepare_threshold=2 if prepare else None,
         )
 
 

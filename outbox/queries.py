@@ -20,25 +20,38 @@ from sqlalchemy.orm import Session
 
 __all__ = [
     "ClaimedRow",
+    "Message",
     "Outcome",
+    "QueueStatus",
+    "ReplayResult",
+    "SentMarker",
     "cancel",
     "claim_due",
     "count_by_state",
+    "count_failed",
     "enqueue",
-    "guard_maintenance_session",
+    "get_message",
+    "list_messages",
+    "prune_async",
+    "prune_done",
+    "prune_done_async",
+    "prune_markers",
+    "prune_markers_async",
+    "queue_status",
     "reap_stale",
     "reap_stale_async",
     "record_outcomes",
-    "release_maintenance_lock",
+    "replay",
     "seconds_until_next_due",
+    "still_claimed",
     "try_maintenance_lock",
+    "update_pending",
 ]
 
 AsyncConn = psycopg.AsyncConnection[Any]
 SyncConn = Connection | Session
 
 NOTIFY_CHANNEL = "outbox"  # new rows (statement trigger in the migration)
-CANCEL_CHANNEL = "outbox_cancel"  # ids of claimed rows the app withdrew
 # Advisory lock key for maintenance (reaper, retention): one relay at a time does it.
 MAINTENANCE_LOCK_KEY = 0x6F7574626F78  # "outbox"
 
@@ -84,25 +97,32 @@ def enqueue(
     return int(row[0]), bool(row[1])
 
 
-# The notification reaches the relays when the caller commits, so a relay that already claimed
-# one of these rows drops it before sending.
+# Claimed rows go too: a relay that waited before sending asks whether its claim still exists
+# (still_claimed). Failed rows go so that a later bulk replay cannot send a withdrawn message.
 _CANCEL = """
-WITH deleted AS (
-    DELETE FROM outbox
-    WHERE kalit = ANY(%(keys)s) AND holat IN ('kutmoqda', 'bajarilmoqda')
-    RETURNING id, holat
-)
-SELECT count(*),
-       pg_notify('outbox_cancel', string_agg(id::text, ',') FILTER (WHERE holat = 'bajarilmoqda'))
-FROM deleted
+DELETE FROM outbox
+WHERE kalit = ANY(%(keys)s) AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
 """
 
 
 def cancel(conn: SyncConn, keys: Sequence[str]) -> int:
-    """Delete unsent messages by key (pending or claimed); sent and failed rows stay."""
+    """Delete unsent messages by key (pending, claimed or failed); sent rows stay."""
     if not keys:
         return 0
-    return int(_execute(conn, _CANCEL, {"keys": list(keys)}).scalar_one())
+    return int(_execute(conn, _CANCEL, {"keys": list(keys)}).rowcount)
+
+
+# Only pending rows change: a claimed row is being sent right now, with the text it had.
+_UPDATE_PENDING = """
+UPDATE outbox SET payload = %(payload)s::jsonb, yangilangan = now()
+WHERE kalit = %(kalit)s AND holat = 'kutmoqda'
+"""
+
+
+def update_pending(conn: SyncConn, key: str, payload: Mapping[str, Any]) -> bool:
+    """Replace the payload of a pending message; False if it is not pending (any more)."""
+    params = {"kalit": key, "payload": json.dumps(payload)}
+    return bool(_execute(conn, _UPDATE_PENDING, params).rowcount)
 
 
 # --- the relay's hot path ----------------------------------------------------------------------
@@ -114,8 +134,9 @@ class ClaimedRow:
     kind: str
     key: str
     payload: dict[str, Any]
-    attempts: int  # urinish after this claim: the fencing token for recording the result
+    attempts: int  # urinish after this claim
     already_sent: bool  # a sent marker exists for the key
+    claimed_at: datetime  # band_vaqti of this claim: with attempts, the fencing token
 
 
 _CLAIM_DUE = """
@@ -129,7 +150,7 @@ WHERE o.id IN (
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.id, o.tur, o.kalit, o.payload, o.urinish,
-          (SELECT true FROM yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL
+          (SELECT true FROM yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL, o.band_vaqti
 """
 # The marker check is a scalar subquery on purpose: it is always one primary-key probe per
 # claimed row. Postgres may run an EXISTS as a hash of the whole marker table instead, which
@@ -156,6 +177,13 @@ class Outcome:
     chat_id: int | None = None
     message_id: int | None = None
     new_chat_id: int | None = None  # the group moved: rewrite payload.chat_id
+    # The claim's band_vaqti. urinish alone can repeat (a replay resets it, a release refunds
+    # it); the claim time cannot, so a stale relay's write never matches a newer claim.
+    claimed_at: datetime | None = None
+
+    @classmethod
+    def for_row(cls, row: ClaimedRow, state: str, **details: Any) -> Outcome:
+        return cls(row.id, row.attempts, state, claimed_at=row.claimed_at, **details)
 
 
 # One statement records a whole batch: the sent markers and the state changes commit together,
@@ -167,8 +195,9 @@ WITH r AS (
     SELECT * FROM unnest(
         %(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[], %(delays)s::float8[],
         %(errors)s::text[], %(refunds)s::bool[], %(keys)s::text[], %(chat_ids)s::bigint[],
-        %(message_ids)s::bigint[], %(new_chat_ids)s::bigint[]
-    ) AS r(id, urinish, holat, delay, xato, refund, kalit, chat_id, message_id, new_chat_id)
+        %(message_ids)s::bigint[], %(new_chat_ids)s::bigint[], %(claimed_ats)s::timestamptz[]
+    ) AS r(id, urinish, holat, delay, xato, refund, kalit, chat_id, message_id, new_chat_id,
+           band_vaqti)
 ),
 markers AS (
     INSERT INTO yuborilgan (kalit, chat_id, message_id)
@@ -191,6 +220,7 @@ SET holat = r.holat,
     yangilangan = now()
 FROM r
 WHERE o.id = r.id AND o.holat = 'bajarilmoqda' AND o.urinish = r.urinish
+  AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
 """
 
 
@@ -209,9 +239,23 @@ async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome]) -> int:
         "chat_ids": [o.chat_id for o in outcomes],
         "message_ids": [o.message_id for o in outcomes],
         "new_chat_ids": [o.new_chat_id for o in outcomes],
+        "claimed_ats": [o.claimed_at for o in outcomes],
     }
     cursor = await conn.execute(_RECORD_OUTCOMES, params)
     return cursor.rowcount
+
+
+_STILL_CLAIMED = """
+SELECT true FROM outbox
+WHERE id = %(id)s AND holat = 'bajarilmoqda' AND urinish = %(urinish)s AND band_vaqti = %(at)s
+"""
+
+
+async def still_claimed(conn: AsyncConn, row: ClaimedRow) -> bool:
+    """Is this claim still the relay's? False once the app withdrew the row (cancel)."""
+    params = {"id": row.id, "urinish": row.attempts, "at": row.claimed_at}
+    cursor = await conn.execute(_STILL_CLAIMED, params)
+    return await cursor.fetchone() is not None
 
 
 _SECONDS_UNTIL_NEXT_DUE = """
@@ -229,35 +273,22 @@ async def seconds_until_next_due(conn: AsyncConn) -> float | None:
 
 # --- maintenance ---------------------------------------------------------------------------------
 
-_TRY_MAINTENANCE_LOCK = "SELECT pg_try_advisory_lock(%(key)s)"
-
-
-async def try_maintenance_lock(conn: AsyncConn) -> bool:
-    """Session-level lock: held by one relay's connection until released or closed."""
-    cursor = await conn.execute(_TRY_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
-    row = await cursor.fetchone()
-    return bool(row and row[0])
-
-
-_RELEASE_MAINTENANCE_LOCK = "SELECT pg_advisory_unlock(%(key)s)"
-
-
-async def release_maintenance_lock(conn: AsyncConn) -> None:
-    """Let another relay do the next round (a hung holder must not block the reaper)."""
-    await conn.execute(_RELEASE_MAINTENANCE_LOCK, {"key": MAINTENANCE_LOCK_KEY})
-
-
-# A relay that hangs between taking and releasing the lock must not keep it: the server ends a
-# maintenance session that sits idle, in or out of a transaction, this long. Set only where the
-# server knows the setting (idle_session_timeout is PostgreSQL 14+).
-_GUARD_MAINTENANCE_SESSION = """
-SELECT set_config(name, %(ms)s, false) FROM pg_settings
-WHERE name IN ('idle_session_timeout', 'idle_in_transaction_session_timeout')
+# A transaction-level lock: it ends with the round's transaction, so it works through PgBouncer
+# in transaction pooling and cannot outlive a relay that dies mid-round. A relay that hangs
+# inside the round is cut off by the server after ``idle_seconds`` (SET LOCAL: this
+# transaction only, never the pooled session).
+_TRY_MAINTENANCE_LOCK = """
+SELECT pg_try_advisory_xact_lock(%(key)s),
+       set_config('idle_in_transaction_session_timeout', %(ms)s, true)
 """
 
 
-async def guard_maintenance_session(conn: AsyncConn, *, idle_seconds: float) -> None:
-    await conn.execute(_GUARD_MAINTENANCE_SESSION, {"ms": str(max(1, int(idle_seconds * 1000)))})
+async def try_maintenance_lock(conn: AsyncConn, *, idle_seconds: float = 60.0) -> bool:
+    """Take the maintenance lock for the current transaction; False if another relay has it."""
+    params = {"key": MAINTENANCE_LOCK_KEY, "ms": str(max(1, int(idle_seconds * 1000)))}
+    cursor = await conn.execute(_TRY_MAINTENANCE_LOCK, params)
+    row = await cursor.fetchone()
+    return bool(row and row[0])
 
 
 # A claim older than the lease belongs to a relay that died or hangs. The attempt it made
@@ -315,23 +346,6 @@ def count_by_state(conn: SyncConn) -> dict[str, int]:
 
 
 # --- operator commands ---------------------------------------------------------------------------
-
-__all__ += [
-    "Message",
-    "QueueStatus",
-    "ReplayResult",
-    "SentMarker",
-    "count_failed",
-    "get_message",
-    "list_messages",
-    "prune_async",
-    "prune_done",
-    "prune_done_async",
-    "prune_markers",
-    "prune_markers_async",
-    "queue_status",
-    "replay",
-]
 
 
 @dataclass(frozen=True, slots=True)

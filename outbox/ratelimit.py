@@ -1,18 +1,24 @@
 """Staying under Telegram's limits on purpose instead of collecting 429s.
 
-Three limits, each kept as "the earliest moment the next message may go" (a virtual schedule
-that needs no background task): per bot (about 30/s), per private chat (1/s) and per group
-(20/min). A message that would wait long for its chat is handed back to the queue rather than
-holding a send slot, so one busy chat never holds back the others.
+Three limits: per bot (about 30/s), per private chat (1/s) and per group (20/min). The bot's
+limit is a calendar of send slots, 1/rate apart: each message takes the first free slot at or
+after the moment its chat may receive again. A message that must wait for its chat therefore
+books a later slot and never holds back messages to other chats, and no two messages share a
+slot, so no second (of any alignment) carries more than the rate allows.
 
-The schedule is kept in send times, but Telegram counts arrival times, and two requests can
-travel unevenly (event-loop lag, a busy network): spaced exactly 1 s apart at the sender they
-may arrive 0.99 s apart and the second is refused. So each chat's spacing gets ``chat_margin``
-on top; the per-bot default (29/s against Telegram's 30/s) has its margin built in.
+A message that would wait long is handed back to the queue rather than holding a send slot
+(``defer``); messages handed back for one chat get slots one chat interval apart, so they do
+not all come back at once.
+
+Telegram counts arrival times, and two requests can travel unevenly (event-loop lag, a busy
+network): spaced exactly 1 s apart at the sender they may arrive 0.99 s apart and the second is
+refused. So each chat's spacing gets ``chat_margin`` on top; the per-bot default (29/s against
+Telegram's 30/s) has its margin built in.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 __all__ = ["RateLimiter", "RateLimits"]
@@ -25,7 +31,6 @@ class RateLimits:
     per_bot: float = 29.0  # messages/s for the whole bot; 0 switches the limit off
     per_chat: float = 1.0  # messages/s to one private chat; 0 switches it off
     per_group_per_minute: float = 20.0  # messages/min to one group; 0 switches it off
-    bot_burst: int = 1  # messages that may go back to back before the per-bot pacing starts
     chat_margin: float = 0.05  # seconds added to each chat's spacing (1.05 s, 3.05 s)
 
     def __post_init__(self) -> None:
@@ -36,8 +41,9 @@ class RateLimits:
 @dataclass
 class RateLimiter:
     limits: RateLimits = field(default_factory=RateLimits)
-    _bot_next: float = 0.0
+    _taken_slots: set[int] = field(default_factory=set)  # bot slots booked, by index
     _chat_next: dict[int | str, float] = field(default_factory=dict)
+    _chat_deferred: dict[int | str, float] = field(default_factory=dict)
     _paused_until: float = 0.0
     _prune_at: int = _PRUNE_AT
 
@@ -47,18 +53,32 @@ class RateLimiter:
         rate = self.limits.per_group_per_minute / 60.0 if is_group else self.limits.per_chat
         return 1.0 / rate + self.limits.chat_margin if rate > 0 else 0.0
 
-    def chat_delay(self, chat_id: int | str, now: float) -> float:
-        """Seconds until ``chat_id`` may receive again (0: now). Reserves nothing."""
-        return max(0.0, self._chat_next.get(chat_id, 0.0) - now)
+    def _earliest(self, chat_id: int | str, now: float) -> float:
+        return max(now, self._paused_until, self._chat_next.get(chat_id, 0.0))
+
+    def _first_free_slot(self, earliest: float) -> int:
+        slot = math.ceil(earliest * self.limits.per_bot - 1e-9)
+        while slot in self._taken_slots:
+            slot += 1
+        return slot
+
+    def plan(self, chat_id: int | str, now: float) -> float:
+        """Seconds a message to ``chat_id`` would wait if booked now. Books nothing."""
+        start = self._earliest(chat_id, now)
+        if self.limits.per_bot > 0:
+            start = self._first_free_slot(start) / self.limits.per_bot
+        return start - now
 
     def reserve(self, chat_id: int | str, now: float) -> float:
         """Book the next slot for ``chat_id``; return how long to wait before sending."""
-        start = max(now, self._paused_until, self._chat_next.get(chat_id, 0.0))
+        start = self._earliest(chat_id, now)
         if self.limits.per_bot > 0:
-            interval = 1.0 / self.limits.per_bot
-            # The bot schedule may run up to bot_burst intervals behind "now" (a burst).
-            start = max(start, self._bot_next - (self.limits.bot_burst - 1) * interval)
-            self._bot_next = max(self._bot_next, start) + interval
+            slot = self._first_free_slot(start)
+            self._taken_slots.add(slot)
+            start = slot / self.limits.per_bot
+            if len(self._taken_slots) > 4 * self.limits.per_bot + 64:
+                past = math.floor(now * self.limits.per_bot)
+                self._taken_slots = {s for s in self._taken_slots if s >= past}
         chat_interval = self._chat_interval(chat_id)
         if chat_interval:
             self._chat_next[chat_id] = start + chat_interval
@@ -69,6 +89,28 @@ class RateLimiter:
             self._prune_at = max(_PRUNE_AT, 2 * len(self._chat_next))
         return start - now
 
+    def defer(self, chat_id: int | str, now: float) -> float:
+        """Seconds until a message handed back to the queue should come back.
+
+        Messages handed back for the same chat come back one chat interval apart. Nothing is
+        booked: the message books its slot when it is claimed again.
+        """
+        at = now + self.plan(chat_id, now)
+        previous = self._chat_deferred.get(chat_id)
+        if previous is not None and previous >= now:
+            at = max(at, previous + self._chat_interval(chat_id))
+        self._chat_deferred[chat_id] = at
+        return at - now
+
+    def capacity(self, now: float, horizon: float) -> int | None:
+        """Free bot slots in the next ``horizon`` seconds; None when there is no bot limit."""
+        if self.limits.per_bot <= 0:
+            return None
+        first = math.ceil(max(now, self._paused_until) * self.limits.per_bot - 1e-9)
+        last = math.floor((now + horizon) * self.limits.per_bot)
+        taken = sum(1 for s in self._taken_slots if first <= s <= last)
+        return max(0, last - first + 1 - taken)
+
     def pause(self, seconds: float, now: float) -> None:
         """Flood control: Telegram asked this bot to wait; every send waits."""
         self._paused_until = max(self._paused_until, now + seconds)
@@ -78,3 +120,4 @@ class RateLimiter:
 
     def _forget_idle_chats(self, now: float) -> None:
         self._chat_next = {c: t for c, t in self._chat_next.items() if t > now}
+        self._chat_deferred = {c: t for c, t in self._chat_deferred.items() if t > now}

@@ -30,8 +30,20 @@ __all__ = ["Relay", "RunSummary"]
 
 log = logging.getLogger("outbox.relay")
 
+# Due rows that stay locked by another transaction are looked at after 10 ms, then 20 ms, ...
+_BUSY_BACKOFF_START = 0.01
+
 # Errors that mean "the database connection is gone": reconnect and carry on.
-_DB_LOST = (psycopg.OperationalError, psycopg.InterfaceError)
+# A failover can leave the relay on a read-only replica, and a connection pooler can lose the
+# server's prepared statements: a fresh connection mends both.
+_DB_LOST = (
+    psycopg.OperationalError,
+    psycopg.InterfaceError,
+    psycopg.errors.ReadOnlySqlTransaction,
+    psycopg.errors.InvalidSqlStatementName,
+    psycopg.errors.DuplicatePreparedStatement,
+    psycopg.errors.IdleInTransactionSessionTimeout,  # the server cut off a hung round
+)
 
 
 @dataclass
@@ -62,8 +74,11 @@ def retry_if_not_stopping(stopping: asyncio.Event) -> Any:
 class _Connection:
     """One psycopg connection that reconnects with backoff when the database goes away."""
 
-    def __init__(self, url: str, name: str, stopping: asyncio.Event) -> None:
+    def __init__(
+        self, url: str, name: str, stopping: asyncio.Event, *, prepare: bool = True
+    ) -> None:
         self._url = url
+        self._prepare = prepare
         self._name = name
         self._stopping = stopping
         self._conn: psycopg.AsyncConnection[Any] | None = None
@@ -87,7 +102,7 @@ class _Connection:
             reraise=True,
         ):
             with attempt:
-                conn = await async_connect(self._url)
+                conn = await async_connect(self._url, prepare=self._prepare)
                 log.info("%s connection to the database is up", self._name)
                 return conn
         raise AssertionError("unreachable")
@@ -106,6 +121,12 @@ class _Connection:
             self._conn = None
 
 
+def _log_if_died(task: asyncio.Task[None]) -> None:
+    """A helper that ends on its own is a bug: say so instead of degrading in silence."""
+    if not task.cancelled() and task.exception() is not None:
+        log.error("%s stopped unexpectedly", task.get_name(), exc_info=task.exception())
+
+
 class Relay:
     """Use as ``async with Relay(config, sender) as relay: await relay.run()``."""
 
@@ -117,8 +138,10 @@ class Relay:
         self._limiter = limiter or RateLimiter(config.rate_limits)
         self._stopping = asyncio.Event()
         self._wakeup = asyncio.Event()
-        self._claimer = _Connection(config.database_url, "claim", self._stopping)
-        self._recorder = _Connection(config.database_url, "record", self._stopping)
+        # Poll-only is the PgBouncer mode: no server-side prepared statements there.
+        prepare = not config.poll_only
+        self._claimer = _Connection(config.database_url, "claim", self._stopping, prepare=prepare)
+        self._recorder = _Connection(config.database_url, "record", self._stopping, prepare=prepare)
         self._pending: list[queries.Outcome] = []
         self._flush_now = asyncio.Event()
         self._flush_lock = asyncio.Lock()
@@ -130,7 +153,8 @@ class Relay:
         self._written_count = 0
         self._written = asyncio.Event()
         self._flusher_running = False
-        self._cancelled: set[int] = set()
+        self._busy_backoff = _BUSY_BACKOFF_START
+        self._deferred_until = 0.0  # loop time when the last row this relay handed back is due
         self._fatal: BaseException | None = None
         self._total = RunSummary()
 
@@ -184,6 +208,8 @@ class Relay:
         if not self.config.poll_only:
             helpers.append(asyncio.create_task(self._listen_forever(), name="outbox-listener"))
         helpers.append(asyncio.create_task(self._maintain_forever(), name="outbox-maintenance"))
+        for task in helpers:
+            task.add_done_callback(_log_if_died)
         in_flight: set[asyncio.Task[None]] = set()
         try:
             await self._claim_loop(in_flight, drain=drain)
@@ -210,14 +236,22 @@ class Relay:
         # Claim once half the rows claimed ahead have started, so that claims (each a commit)
         # stay large; with nothing claimed ahead, claim for every free slot.
         min_claim = max(1, self.config.claim_ahead // 2)
+        loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             free = self.config.concurrency + self.config.claim_ahead - len(in_flight)
+            # Claim no more than the bot's rate limit lets go soon: rows beyond it would only
+            # wait in memory, or be handed back.
+            bot_room = self._limiter.capacity(loop.time(), self.config.max_chat_hold)
+            if bot_room is not None:
+                free = min(free, bot_room)
             timeout = self.config.poll_interval
-            paused = self._limiter.paused_for(asyncio.get_running_loop().time())
+            paused = self._limiter.paused_for(loop.time())
             if paused > 0:
                 # Flood control: this bot must not send; claim nothing until the pause ends.
                 timeout = paused
-            elif free >= min_claim:
+            elif bot_room == 0:
+                timeout = 1.0 / self.config.rate_limits.per_bot
+            elif free >= min(min_claim, bot_room or min_claim):
                 want = min(free, self.config.batch_size)
                 rows = await self._claim(want)
                 for row in rows:
@@ -225,12 +259,12 @@ class Relay:
                     in_flight.add(task)
                     task.add_done_callback(finished)
                 if len(rows) == want:
+                    self._busy_backoff = _BUSY_BACKOFF_START
                     await asyncio.sleep(0)  # let the sends start before claiming more
                     continue
-                if not in_flight:
-                    await self._flush()
-                next_due = await self._seconds_until_next_due()
-                if drain and not in_flight and (next_due is None or next_due > 0):
+                next_due = await self._next_due(claimed=bool(rows), idle=not in_flight)
+                nothing_due = next_due is None or next_due > 0
+                if drain and not in_flight and nothing_due and self._deferred_until <= loop.time():
                     return
                 if next_due is not None:
                     # A hair late rather than early, so that the claim finds the row due.
@@ -238,6 +272,23 @@ class Relay:
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    async def _next_due(self, *, claimed: bool, idle: bool) -> float | None:
+        """Seconds until there may be work again; None: nothing is pending for this relay."""
+        if idle:
+            await self._flush()  # retries written now count for the next due time
+        next_due = await self._seconds_until_next_due()
+        own_deferred = self._deferred_until - asyncio.get_running_loop().time()
+        if own_deferred > 0 and (next_due is None or next_due > own_deferred):
+            next_due = own_deferred  # rows this relay handed back are its own work
+        if next_due is not None and next_due <= 0 and not claimed:
+            # Due rows exist but the claim skipped them: another transaction holds them locked
+            # (an app changing its task, say). Look again later instead of spinning on them.
+            next_due = self._busy_backoff
+            self._busy_backoff = min(self._busy_backoff * 2, self.config.poll_interval)
+        else:
+            self._busy_backoff = _BUSY_BACKOFF_START
+        return next_due
 
     async def _finish_in_flight(self, in_flight: set[asyncio.Task[None]]) -> None:
         if not in_flight:
@@ -297,16 +348,11 @@ class Relay:
                     await asyncio.sleep(0.1)
                     continue
                 except psycopg.Error as err:
-                    # The database refused the batch itself (a bug, not an outage): retrying
-                    # cannot help, and the rows are not lost: the reaper returns them.
-                    log.error(
-                        "could not record %d outcomes (%s); the reaper returns those rows to "
-                        "the queue after the lease",
-                        len(batch),
-                        err,
-                    )
-                    self._mark_written(len(batch))
-                    continue
+                    # The database refused the batch itself, not the connection: write the
+                    # outcomes one by one so that one bad row cannot cost the others their
+                    # sent markers.
+                    log.error("could not record a batch of %d outcomes: %s", len(batch), err)
+                    applied = await self._record_one_by_one(batch)
                 self._mark_written(len(batch))
                 if applied < len(batch):
                     self._total.fenced_out += len(batch) - applied
@@ -316,6 +362,18 @@ class Relay:
                     )
                 if any(o.state == State.PENDING for o in batch):
                     self._wakeup.set()  # a retry may now be the earliest due row
+
+    async def _record_one_by_one(self, batch: list[queries.Outcome]) -> int:
+        applied = 0
+        for outcome in batch:
+            try:
+                conn = await self._recorder.get()
+                applied += await queries.record_outcomes(conn, [outcome])
+            except psycopg.Error as err:
+                # Not lost: the reaper returns the row to the queue after the lease.
+                log.error("could not record the outcome of outbox %s: %s", outcome.id, err)
+                applied += 1  # not a fencing discard; do not report it as one
+        return applied
 
     async def _flush_forever(self) -> None:
         self._flusher_running = True
@@ -351,20 +409,16 @@ class Relay:
             await self._written.wait()
 
     async def _listen_forever(self) -> None:
-        """LISTEN for new rows and cancellations; after a reconnect, look again at once."""
+        """LISTEN for new rows; after a reconnect, look again at once (notes may be lost)."""
         listener = _Connection(self.config.database_url, "listen", self._stopping)
         try:
             while True:
                 conn = await listener.get()
                 try:
                     await conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
-                    await conn.execute(f"LISTEN {queries.CANCEL_CHANNEL}")
                     self._wakeup.set()
-                    async for note in conn.notifies():
-                        if note.channel == queries.CANCEL_CHANNEL:
-                            self._cancelled.update(int(i) for i in note.payload.split(",") if i)
-                        else:
-                            self._wakeup.set()
+                    async for _ in conn.notifies():
+                        self._wakeup.set()
                 except _DB_LOST as err:
                     listener.lost(err)
                     await asyncio.sleep(0.1)
@@ -387,32 +441,30 @@ class Relay:
     async def _maintain_forever(self) -> None:
         """Reap expired claims, one relay at a time (the holder of the advisory lock).
 
-        The lock is held for one round only: a relay that hangs (a stopped process, a frozen
-        VM) must not keep the others from reaping the rows it holds.
+        The lock lasts one round, one transaction: a relay that hangs (a stopped process, a
+        frozen VM) must not keep the others from reaping the rows it holds.
         """
-        keeper = _Connection(self.config.database_url, "maintenance", self._stopping)
+        keeper = _Connection(self.config.database_url, "maintenance", self._stopping, prepare=False)
         # An expired claim waits at most half a lease more, whatever the reap interval.
         interval = min(self.config.reap_interval, self.config.lease_seconds / 2)
-        guarded: object = None
+        idle_limit = max(2.0, min(30.0, interval))
         try:
             while True:
                 try:
                     conn = await keeper.get()
-                    if conn is not guarded:
-                        # The session is idle between rounds; much longer means a hung relay.
-                        idle = 2 * interval + 30.0
-                        await queries.guard_maintenance_session(conn, idle_seconds=idle)
-                        guarded = conn
-                    if await queries.try_maintenance_lock(conn):
-                        try:
+                    reaped: dict[str, int] | None = None
+                    async with conn.transaction():
+                        # A round takes well under a second; one that sits idle much longer
+                        # inside its transaction belongs to a hung relay, and the server ends it.
+                        if await queries.try_maintenance_lock(conn, idle_seconds=idle_limit):
                             reaped = await queries.reap_stale_async(
                                 conn,
                                 lease_seconds=self.config.lease_seconds,
                                 max_attempts=self.config.retry.max_attempts,
                             )
-                            await self._apply_retention(conn)
-                        finally:
-                            await queries.release_maintenance_lock(conn)
+                    if reaped is not None:
+                        # Retention after the round, in short transactions of its own.
+                        await self._apply_retention(conn)
                         if any(reaped.values()):
                             log.warning("reaper: expired claims %s", reaped)
                             self._wakeup.set()
@@ -434,6 +486,9 @@ class Relay:
             raise
         try:
             await self._deliver(row)
+        except Exception as err:  # a bug must not strand the row until the lease
+            log.exception("outbox %s: unexpected error while delivering", row.id)
+            self._fail(row, classify(err))
         except asyncio.CancelledError:
             # The grace period ran out mid-send: the request may have reached Telegram.
             self._fail(
@@ -453,10 +508,10 @@ class Relay:
         finally:
             self._slots.release()
 
-    async def _deliver(self, row: queries.ClaimedRow) -> None:
+    async def _deliver(self, row: queries.ClaimedRow) -> None:  # noqa: PLR0911 - one exit per fate
         if row.already_sent:
             self._total.already_sent += 1
-            self._record(queries.Outcome(row.id, row.attempts, State.DONE))
+            self._record(queries.Outcome.for_row(row, State.DONE))
             return
         try:
             args = send_message_args(row.payload)
@@ -469,16 +524,22 @@ class Relay:
         while True:
             # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
             now = loop.time()
-            hold = max(self._limiter.chat_delay(chat_id, now), self._limiter.paused_for(now))
-            if hold > self.config.max_chat_hold:
+            if self._limiter.plan(chat_id, now) > self.config.max_chat_hold:
+                delay = self._limiter.defer(chat_id, now)
+                self._deferred_until = max(self._deferred_until, now + delay)
                 self._total.deferred += 1
-                self._release(row, delay=hold)
+                self._release(row, delay=delay, new_chat_id=new_chat_id)
                 return
-            if not await self._wait_for_slot(chat_id) or row.id in self._cancelled:
-                self._skip_unsent(row)
+            waited = await self._wait_for_slot(chat_id)
+            if waited is None:
+                self._skip_unsent(row, new_chat_id)
                 return
             if self._limiter.paused_for(loop.time()) > 0.001:
                 continue  # flood control began while this send waited for its turn
+            if waited > 0 and not await self._still_claimed(row):
+                # The app withdrew the message (its task was completed, say) while it waited.
+                self._total.cancelled += 1
+                return
             try:
                 sent = await self._sender.send(args)
             except Exception as err:  # noqa: BLE001 - every failure is classified in one place
@@ -487,29 +548,35 @@ class Relay:
                     chat_id = new_chat_id = args["chat_id"] = failure.new_chat_id
                     log.info("outbox %s: %s; resending", row.id, failure.reason)
                     continue
-                self._handle_failure(row, failure)
+                self._handle_failure(row, failure, new_chat_id)
                 return
             self._mark_sent(row, sent, new_chat_id)
             return
 
-    async def _wait_for_slot(self, chat_id: int | str) -> bool:
-        """Wait for the rate limits; False if the relay is stopping meanwhile."""
+    async def _wait_for_slot(self, chat_id: int | str) -> float | None:
+        """Wait for the rate limits; the seconds waited, or None if the relay is stopping."""
         if self._stopping.is_set():
-            return False
+            return None
         delay = self._limiter.reserve(chat_id, asyncio.get_running_loop().time())
         if delay > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
-        return not self._stopping.is_set()
+        return None if self._stopping.is_set() else delay
+
+    async def _still_claimed(self, row: queries.ClaimedRow) -> bool:
+        try:
+            return await queries.still_claimed(await self._claimer.get(), row)
+        except _DB_LOST as err:
+            self._claimer.lost(err)
+            return True  # cannot tell: send; the fenced write sorts out the rest
 
     def _mark_sent(
         self, row: queries.ClaimedRow, sent: SentMessage, new_chat_id: int | None
     ) -> None:
         self._total.sent += 1
         self._record(
-            queries.Outcome(
-                row.id,
-                row.attempts,
+            queries.Outcome.for_row(
+                row,
                 State.DONE,
                 key=row.key,
                 chat_id=sent.chat_id,
@@ -518,7 +585,9 @@ class Relay:
             )
         )
 
-    def _handle_failure(self, row: queries.ClaimedRow, failure: Failure) -> None:
+    def _handle_failure(
+        self, row: queries.ClaimedRow, failure: Failure, new_chat_id: int | None = None
+    ) -> None:
         if failure.kind is FailureKind.UNAUTHORIZED:
             # Not the message's fault: hand it back untouched and stop the relay.
             if self._fatal is None:
@@ -527,15 +596,17 @@ class Relay:
                 )
                 log.error("%s", self._fatal)
             self._total.released += 1
-            self._release(row, delay=0.0)
+            self._release(row, delay=0.0, new_chat_id=new_chat_id)
             self.stop()
             return
         if failure.retry_after:
             # Flood control is per bot: every send of this bot waits, not only this row.
             self._limiter.pause(failure.retry_after, asyncio.get_running_loop().time())
-        self._fail(row, failure)
+        self._fail(row, failure, new_chat_id)
 
-    def _fail(self, row: queries.ClaimedRow, failure: Failure) -> None:
+    def _fail(
+        self, row: queries.ClaimedRow, failure: Failure, new_chat_id: int | None = None
+    ) -> None:
         decision = decide(self.config.retry, row.attempts, failure)
         if decision.state is State.FAILED:
             self._total.failed += 1
@@ -546,27 +617,30 @@ class Relay:
                 "outbox %s retry in %.1f s: %s", row.id, decision.delay_seconds, decision.error
             )
         self._record(
-            queries.Outcome(
-                row.id,
-                row.attempts,
+            queries.Outcome.for_row(
+                row,
                 decision.state,
                 delay_seconds=decision.delay_seconds,
                 error=decision.error,
+                # A group that moved stays moved, whatever happened to the resend.
+                new_chat_id=new_chat_id,
             )
         )
 
-    def _skip_unsent(self, row: queries.ClaimedRow) -> None:
-        if row.id in self._cancelled:
-            self._total.cancelled += 1
-            self._cancelled.discard(row.id)
-            return  # the row is gone; nothing to record
+    def _skip_unsent(self, row: queries.ClaimedRow, new_chat_id: int | None = None) -> None:
         self._total.released += 1
-        self._release(row, delay=0.0)
+        self._release(row, delay=0.0, new_chat_id=new_chat_id)
 
-    def _release(self, row: queries.ClaimedRow, *, delay: float) -> None:
+    def _release(
+        self, row: queries.ClaimedRow, *, delay: float, new_chat_id: int | None = None
+    ) -> None:
         """Back to the queue without spending an attempt."""
         self._record(
-            queries.Outcome(
-                row.id, row.attempts, State.PENDING, delay_seconds=delay, refund_attempt=True
+            queries.Outcome.for_row(
+                row,
+                State.PENDING,
+                delay_seconds=delay,
+                refund_attempt=True,
+                new_chat_id=new_chat_id,
             )
         )

@@ -49,6 +49,9 @@ class Sender(Protocol):
 
 def send_message_args(payload: Mapping[str, Any]) -> dict[str, Any]:
     """Validate a payload and turn it into ``sendMessage`` arguments."""
+    if not isinstance(payload, Mapping):
+        # The lesson's plain INSERTs can store any JSON; only an object can be a message.
+        raise MalformedPayload(f"payload must be a JSON object, got {type(payload).__name__}")
     unknown = set(payload) - _ALLOWED_KEYS
     if unknown:
         raise MalformedPayload(f"unknown field(s) {', '.join(sorted(unknown))}")
@@ -186,7 +189,7 @@ class TelegramSender:
             raise TelegramUnauthorized(
                 "Telegram rejected the bot token (check TELEGRAM_BOT_TOKEN)"
             ) from None
-        except tg.NetworkError as err:
+        except tg.TelegramError as err:  # unreachable, flood control, a proxy's error page
             raise ConfigError(
                 f"cannot reach the Telegram Bot API (check OUTBOX_TELEGRAM_API_URL): "
                 f"{redact(str(err))}"

@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session, selectinload
 
 import outbox
 from outbox.errors import InvalidInput, NotFound
-from reminders.messages import reminder_payload
+from reminders.messages import ReminderPayload, reminder_payload
 from reminders.models import DEFAULT_TIME_ZONE, Task, User
 
 __all__ = [
@@ -71,6 +71,7 @@ class TaskChanged:
     reminders: tuple[ScheduledReminder, ...]  # enqueued by this change
     cancelled: int  # unsent reminders withdrawn from the outbox by this change
     overdue: bool  # the (new) due time has passed: no new reminder was enqueued
+    updated: int = 0  # waiting reminders whose text this change rewrote (rename)
 
 
 def reminder_key(task_id: int, offset_seconds: int, due: datetime) -> str:
@@ -179,18 +180,23 @@ def _current_keys(task: Task) -> list[str]:
     return [reminder_key(task.id, s, task.due) for s in task.remind_before_seconds]
 
 
+def _reminder_payload(task: Task, offset_seconds: int, now: datetime) -> ReminderPayload:
+    moment = task.due - timedelta(seconds=offset_seconds)
+    return reminder_payload(
+        chat_id=task.user.chat_id,
+        title=task.title,
+        due=task.due,
+        time_zone=task.user.time_zone,
+        send_at=max(moment, now),
+    )
+
+
 def _enqueue_reminder(
     session: Session, task: Task, offset_seconds: int, now: datetime
 ) -> ScheduledReminder:
     moment = task.due - timedelta(seconds=offset_seconds)
     send_at = max(moment, now)
-    payload = reminder_payload(
-        chat_id=task.user.chat_id,
-        title=task.title,
-        due=task.due,
-        time_zone=task.user.time_zone,
-        send_at=send_at,
-    )
+    payload = _reminder_payload(task, offset_seconds, now)
     key = reminder_key(task.id, offset_seconds, task.due)
     # run_at=None: the outbox's "now", so a moment that has passed goes out at once.
     enqueued = outbox.enqueue(
@@ -292,33 +298,40 @@ def reschedule_task(
     task = _lock_task(session, task_id)
     if task.done:
         raise InvalidInput(f"task {task_id} is done: there are no reminders to move")
-    cancelled = outbox.cancel(session, _current_keys(task))
+    old_keys = _current_keys(task)
     task.due = due
     if offsets is not None:
         task.remind_before_seconds = offsets
     session.flush()
+    # Keys that stay (same due time and offset) keep their message: cancelling one and enqueueing
+    # it again could let a second relay send it while the first is still sending it.
+    kept = set(_current_keys(task))
+    cancelled = outbox.cancel(session, [key for key in old_keys if key not in kept])
     reminders, overdue = _schedule(session, task)
     return TaskChanged(task=task, reminders=reminders, cancelled=cancelled, overdue=overdue)
 
 
 def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
-    """Change the title; each unsent reminder is replaced by one with the new text.
+    """Change the title; reminders still waiting get the new text.
 
-    The keys stay the same (same task, offset and due time): a reminder already sent stays
-    sent, and one a relay is sending right now is recognised by its sent marker.
+    A reminder already sent stays sent, and one a relay is sending at this moment goes out
+    with the title it had (the keys stay: same task, offset and due time).
     """
     title = _check_text("task's title", title)
     task = _lock_task(session, task_id)
     task.title = title
     session.flush()
     now = _database_now(session)
-    replaced: list[ScheduledReminder] = []
-    for offset_seconds in task.remind_before_seconds:
-        # One key at a time: only the reminders that were still unsent come back.
-        if outbox.cancel(session, [reminder_key(task.id, offset_seconds, task.due)]):
-            replaced.append(_enqueue_reminder(session, task, offset_seconds, now))
+    updated = sum(
+        outbox.update_pending(
+            session,
+            reminder_key(task.id, offset_seconds, task.due),
+            _reminder_payload(task, offset_seconds, now),
+        )
+        for offset_seconds in task.remind_before_seconds
+    )
     return TaskChanged(
-        task=task, reminders=tuple(replaced), cancelled=len(replaced), overdue=task.due <= now
+        task=task, reminders=(), cancelled=0, overdue=task.due <= now, updated=updated
     )
 
 

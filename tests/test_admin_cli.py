@@ -145,7 +145,7 @@ def listening_relays(engine: sa.Engine) -> int:
         return int(
             conn.exec_driver_sql(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'idle' AND query LIKE 'LISTEN outbox_cancel%%'"
+                "AND state = 'idle' AND query = 'LISTEN outbox'"
             ).scalar_one()
         )
 

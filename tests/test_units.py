@@ -51,7 +51,40 @@ def test_private_chat_gets_one_message_per_second_and_others_are_not_held() -> N
     assert limiter.reserve(1, now=100.0) == 0.0
     assert limiter.reserve(1, now=100.0) == pytest.approx(1.0)
     assert limiter.reserve(2, now=100.0) == 0.0  # another chat is not held back
-    assert limiter.chat_delay(1, now=100.5) == pytest.approx(1.5)
+    assert limiter.plan(1, now=100.5) == pytest.approx(1.5)
+
+
+def test_a_busy_chat_does_not_hold_back_other_chats_under_the_bot_limit() -> None:
+    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=1.0, chat_margin=0.0))
+    assert limiter.reserve(1, now=0.0) == 0.0
+    assert limiter.reserve(1, now=0.0) == pytest.approx(1.0)  # chat 1 waits for its second
+    # Other chats take the free bot slots before chat 1's second message.
+    assert [limiter.reserve(c, now=0.0) for c in (2, 3, 4)] == pytest.approx([0.1, 0.2, 0.3])
+
+
+def test_no_two_messages_share_a_bot_slot() -> None:
+    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=1.0, chat_margin=0.0))
+    times = [limiter.reserve(c % 3, now=0.0) for c in range(30)]
+    assert len({round(t, 6) for t in times}) == 30
+    for start in (t for t in times):
+        assert sum(1 for t in times if start <= t < start + 1.0) <= 10
+
+
+def test_messages_handed_back_for_one_chat_come_back_spaced() -> None:
+    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
+    limiter.reserve(1, now=0.0)
+    limiter.reserve(1, now=0.0)  # chat 1 is booked until t=2
+    backs = [limiter.defer(1, now=0.0) for _ in range(3)]
+    assert backs == pytest.approx([2.0, 3.0, 4.0])
+
+
+def test_capacity_counts_free_bot_slots() -> None:
+    assert RateLimiter(RateLimits(per_bot=0)).capacity(0.0, 1.0) is None
+    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=0))
+    assert limiter.capacity(0.0, 1.0) == 11  # slots 0.0, 0.1, ..., 1.0
+    for chat in range(4):
+        limiter.reserve(chat, now=0.0)
+    assert limiter.capacity(0.0, 1.0) == 7
 
 
 def test_groups_get_twenty_per_minute() -> None:
