@@ -200,3 +200,20 @@ def test_relay_maintenance_applies_retention(
         markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan").scalars().all()
     assert rows == ["failed-long-ago", "recent"]  # xato rows are never pruned
     assert markers == ["recent"]
+
+
+def test_payload_that_is_not_an_object_fails_at_once(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    # The lesson's plain INSERTs accept any JSON; the relay must not strand such a row.
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO outbox (kalit, payload) VALUES ('list', '[1, 2]'), ('number', '42')"
+        )
+    summary = asyncio.run(drain(db_url, fake_telegram))
+    assert summary.failed == 2
+    assert [r.method for r in fake_telegram.requests] == ["getMe"]  # no sendMessage
+    with engine.begin() as conn:
+        rows = conn.exec_driver_sql("SELECT holat, urinish, oxirgi_xato FROM outbox").all()
+    assert all(state == "xato" and attempts == 1 for state, attempts, _ in rows)
+    assert all("JSON object" in error for *_, error in rows)
