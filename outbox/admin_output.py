@@ -11,7 +11,10 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any
 
+from outbox.durations import format_duration
 from outbox.queries import Message, QueueStatus, ReplayResult, SentMarker
+
+span = format_duration  # how every duration is shown to operators
 
 __all__ = [
     "message_json",
@@ -33,19 +36,6 @@ _NOT_FAILED = {
     "bajarilmoqda": "a relay is sending it right now",
     "bajarildi": "it was delivered",
 }
-
-
-def span(seconds: float) -> str:
-    """A duration as a person would type it back: 7d, 1h30m, 5m, 45s (whole seconds)."""
-    left = round(seconds)
-    if left == 0:
-        return "0s"
-    parts = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        count, left = divmod(left, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
 
 
 def when(moment: datetime | None) -> str:

@@ -37,12 +37,13 @@ def parse_duration(text: str) -> timedelta:
 
 
 def format_duration(seconds: float) -> str:
-    """A short human form: 45s, 12m, 3h05m, 2d04h."""
-    s = round(seconds)
-    if s < 60:
-        return f"{s}s"
-    if s < 3600:
-        return f"{s // 60}m"
-    if s < 86400:
-        return f"{s // 3600}h{s % 3600 // 60:02d}m"
-    return f"{s // 86400}d{s % 86400 // 3600:02d}h"
+    """A duration as a person would type it back: 7d, 1h30m, 5m, 45s (whole seconds)."""
+    left = round(seconds)
+    if left == 0:
+        return "0s"
+    parts = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        count, left = divmod(left, size)
+        if count:
+            parts.append(f"{count}{unit}")
+    return "".join(parts)

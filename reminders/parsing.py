@@ -7,6 +7,7 @@ from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
+from outbox.durations import format_duration, parse_duration
 from outbox.errors import InvalidInput
 
 __all__ = [
@@ -19,10 +20,8 @@ __all__ = [
 ]
 
 _BIGINT_MAX = 2**63 - 1
-_DURATION = re.compile(r"(?:(\d+)d)?(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?")
 _DATE_ONLY = re.compile(r"\d{4}-?\d{2}-?\d{2}")
 _DUE_FORMATS = "'YYYY-MM-DD HH:MM' (in the user's time zone) or ISO 8601 with an offset"
-_UNITS = (("d", 86400), ("h", 3600), ("m", 60), ("s", 1))
 
 
 def parse_id(what: str, text: str) -> int:
@@ -49,31 +48,9 @@ def parse_chat_id(text: str) -> int:
     return value
 
 
-def parse_duration(text: str) -> timedelta:
-    """``30m``, ``1h``, ``1d``, ``1h30m``, ``45s``: how long before the due time."""
-    compact = re.sub(r"\s+", "", text).lower()
-    match = _DURATION.fullmatch(compact)
-    if not compact or match is None:
-        raise InvalidInput(f"cannot read the duration {text!r}: use forms like 30m, 1h, 1d, 1h30m")
-    days, hours, minutes, seconds = (int(part or 0) for part in match.groups())
-    return timedelta(days=days, hours=hours, minutes=minutes, seconds=seconds)
-
-
 def parse_durations(texts: Iterable[str]) -> list[timedelta]:
     """Several durations, each text possibly a comma-separated list (``1d,1h``)."""
     return [parse_duration(part) for text in texts for part in text.split(",") if part.strip()]
-
-
-def format_duration(seconds: int) -> str:
-    """The inverse of ``parse_duration``: 5400 -> ``1h30m``."""
-    if seconds == 0:
-        return "0m"
-    parts = []
-    for unit, size in _UNITS:
-        count, seconds = divmod(seconds, size)
-        if count:
-            parts.append(f"{count}{unit}")
-    return "".join(parts)
 
 
 def parse_due(text: str, time_zone: str) -> datetime:

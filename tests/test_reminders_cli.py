@@ -215,7 +215,7 @@ BAD_INPUT: dict[str, tuple[list[str], str]] = {
     ),
     "bad duration": (
         ["add", "T", "--user", "1", "--due", "2099-01-15 09:00", "--remind-before", "5x"],
-        "cannot read the duration '5x'",
+        "cannot read duration '5x'",
     ),
     "done unknown": (["done", "999"], "task 999 does not exist"),
     "done not a number": (["done", "abc"], "task id must be a whole number"),

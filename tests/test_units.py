@@ -43,7 +43,12 @@ def test_parse_duration_rejects(text: str) -> None:
 
 
 def test_format_duration() -> None:
-    assert [format_duration(s) for s in (5, 125, 3900, 90000)] == ["5s", "2m", "1h05m", "1d01h"]
+    shown = [format_duration(s) for s in (0, 5, 125, 5400, 90000)]
+    assert shown == ["0s", "5s", "2m5s", "1h30m", "1d1h"]
+    assert all(
+        parse_duration(text).total_seconds() == s
+        for text, s in zip(shown, (0, 5, 125, 5400, 90000), strict=True)
+    )
 
 
 def test_private_chat_gets_one_message_per_second_and_others_are_not_held() -> None:
