@@ -42,8 +42,9 @@ class RelayConfig:
     marker_retention_seconds: float = DEFAULT_MARKER_RETENTION
     prune_batch_size: int = 1000
     grace_seconds: float = DEFAULT_GRACE  # shutdown: how long in-flight sends may finish
-    flush_interval: float = 0.02  # results are written at least this often...
-    flush_size: int = 256  # ...or as soon as this many are waiting
+    # Outcomes are written as soon as the previous write is done (group commit), and at least
+    # this often.
+    flush_interval: float = 0.02
     # A message waiting longer for its chat goes back to the queue; a little over one private
     # chat's spacing (1.05 s), so that a chat's next message waits in memory, not in the table.
     max_chat_hold: float = 1.5
@@ -51,7 +52,7 @@ class RelayConfig:
     rate_limits: RateLimits = field(default_factory=RateLimits)
 
     def __post_init__(self) -> None:
-        for name in ("concurrency", "batch_size", "flush_size"):
+        for name in ("concurrency", "batch_size", "prune_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
         for name in ("poll_interval", "lease_seconds", "reap_interval", "flush_interval"):
