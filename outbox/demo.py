@@ -109,27 +109,38 @@ async def _relay_until_settled(url: str, token: str, fake: FakeTelegram) -> None
         await runner
 
 
-def _report(url: str, fake: FakeTelegram, started: float, chats: dict[str, int]) -> None:
+def _print_deliveries(
+    fake: FakeTelegram, started: float, chats: dict[str, int], skip: int = 0
+) -> None:
     names = {chat: name for name, chat in chats.items()}
-    print("\nWhat Telegram received:")
-    for message in fake.delivered:
+    for message in fake.delivered[skip:]:
         first_line = message.text.splitlines()[0]
         print(
             f"  +{message.wall - started:5.1f}s  to {names.get(message.chat_id, message.chat_id)}"
             f" ({message.chat_id}): {first_line}"
         )
+
+
+def _print_outbox(url: str) -> list[int]:
+    """The outbox table as an operator sees it; returns the ids of failed rows."""
     with psycopg.connect(url) as conn:
         rows: list[Any] = conn.execute(
             "SELECT id, kalit, holat, urinish, coalesce(oxirgi_xato, '') FROM outbox ORDER BY id"
         ).fetchall()
-    print("\nThe outbox afterwards:")
     print(f"  {'id':>3}  {'holat':<10} {'urinish':>7}  {'kalit':<34} oxirgi_xato")
     for row_id, key, state, attempts, error in rows:
         print(f"  {row_id:>3}  {state:<10} {attempts:>7}  {key:<34} {error}")
-    failed = " ".join(str(r[0]) for r in rows if r[2] == "xato")
-    if failed:
-        print(f"\nA person looks at the failures and may send them again: outbox replay {failed}")
-    print("(The completed task 'Non olish' has no reminder: completing it withdrew it.)")
+    return [int(r[0]) for r in rows if r[2] == "xato"]
+
+
+def _replay(url: str, failed: list[int]) -> None:
+    """What an operator types, through the real command line."""
+    from outbox.cli import main  # noqa: PLC0415 - the demo drives the CLI like a person would
+
+    ids = [str(i) for i in failed]
+    print(f"\n$ outbox replay {' '.join(ids)}")
+    main(["--log-level", "ERROR", "replay", *ids, "--database-url", url])
+    configure_logging(logging.ERROR)
 
 
 def run_demo() -> int:
@@ -146,7 +157,19 @@ def run_demo() -> int:
         print("Created 3 users and 4 tasks; reminders fall due within the next few seconds.")
         print("Running the relay until every reminder is delivered or has failed ...")
         asyncio.run(_relay_until_settled(url, token, fake))
-        _report(url, fake, started, chats)
+        print("\nWhat Telegram received:")
+        _print_deliveries(fake, started, chats)
+        print("\nThe outbox afterwards:")
+        failed = _print_outbox(url)
+        print("(The completed task 'Non olish' has no reminder: completing it withdrew it.)")
+        if failed:
+            print("\nDilnoza unblocks the bot, and an operator sends her reminder again:")
+            _replay(url, failed)
+            before = len(fake.delivered)
+            asyncio.run(_relay_until_settled(url, token, fake))
+            _print_deliveries(fake, started, chats, skip=before)
+            print("\nThe outbox at the end:")
+            _print_outbox(url)
     finally:
         fake.stop_thread()
     return 0
