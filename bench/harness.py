@@ -17,6 +17,7 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from collections.abc import Iterator, Sequence
@@ -86,13 +87,13 @@ class Server:
         given = os.environ.get("OUTBOX_BENCH_DATABASE_URL")
         if given:
             return cls(normalize_url(given))
-        from outbox.embedded import embedded_url  # noqa: PLC0415 - only when it is wanted
+        from outbox.embedded import embedded_url
 
         return cls(embedded_url(BENCH_DATA_DIR))
 
     def _admin(self, sql: str) -> None:
         with psycopg.connect(self.url, autocommit=True) as conn:
-            conn.execute(sql)  # type: ignore[arg-type]
+            conn.execute(sql)
 
     def close(self) -> None:
         self._admin(f'DROP DATABASE IF EXISTS "{self.template}" WITH (FORCE)')
@@ -109,7 +110,7 @@ class Server:
             self._admin(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
-# --- filling the outbox ------------------------------------------------------------------------
+# --- filling the outbox --------------------------------------------------------------------
 
 _FILL = """
 INSERT INTO outbox (kalit, payload, holat, keyingi_urinish)
@@ -158,10 +159,10 @@ def counts(url: str) -> dict[str, int]:
 def vacuum_analyze(url: str, *tables: str) -> None:
     with psycopg.connect(url, autocommit=True) as conn:
         for table in tables:
-            conn.execute(f"VACUUM ANALYZE {table}")  # type: ignore[arg-type]
+            conn.execute(f"VACUUM ANALYZE {table}")
 
 
-# --- processes ------------------------------------------------------------------------------------
+# --- processes ---------------------------------------------------------------------------------
 
 
 def free_port() -> int:
@@ -171,7 +172,7 @@ def free_port() -> int:
 
 
 def _outbox_command(*args: str) -> list[str]:
-    return [sys.executable, "-c", "import sys; from outbox.cli import main; sys.exit(main())", *args]
+    return [sys.executable, "-m", "outbox.cli", *args]
 
 
 def _child_env(extra: dict[str, str]) -> dict[str, str]:
@@ -195,28 +196,37 @@ class FakeBotApi:
     """``outbox fake-telegram`` in a process of its own, driven through its control API."""
 
     def __init__(self, *, latency_ms: float = 0.0, enforce_limits: bool = False) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        args = ["fake-telegram", "--port", str(self.port), "--latency", f"{latency_ms}ms"]
-        if enforce_limits:
-            args.append("--enforce-limits")
-        self._proc = subprocess.Popen(
-            _outbox_command(*args),
-            env=_child_env({}),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-        )
-        self._http = httpx.Client(base_url=self.url, timeout=60.0)
-        deadline = time.monotonic() + 20.0
-        while True:
+        args = ["--latency", f"{latency_ms:g}ms", *(["--enforce-limits"] if enforce_limits else [])]
+        # A free port can be taken by another program before the fake binds it: try again.
+        for attempt in range(3):
+            self.port = free_port()
+            self.url = f"http://127.0.0.1:{self.port}"
+            self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the fake
+            self._proc = subprocess.Popen(
+                _outbox_command("fake-telegram", "--port", str(self.port), *args),
+                env=_child_env({}),
+                stdout=subprocess.DEVNULL,
+                stderr=self._errors,
+            )
+            self._http = httpx.Client(base_url=self.url, timeout=60.0)
+            if self._wait_started(timeout=30.0):
+                return
+            self.close()
+            self._errors.seek(0)
+            said = self._errors.read().decode(errors="replace").strip()
+            if attempt == 2:
+                raise RuntimeError(f"the fake Bot API did not start: {said[-2000:]}")
+
+    def _wait_started(self, timeout: float) -> bool:
+        deadline = time.monotonic() + timeout
+        while self._proc.poll() is None and time.monotonic() < deadline:
             try:
                 self.stats()
-                break
             except httpx.TransportError:
-                if self._proc.poll() is not None or time.monotonic() > deadline:
-                    self.close()
-                    raise RuntimeError("the fake Bot API did not start") from None
                 time.sleep(0.05)
+            else:
+                return True
+        return False
 
     def stats(self) -> dict[str, int]:
         answer: dict[str, int] = self._http.get("/_fake/stats").raise_for_status().json()
@@ -244,6 +254,7 @@ class FakeBotApi:
     def close(self) -> None:
         self._http.close()
         _stop(self._proc)
+        self._errors.close()
 
     def __enter__(self) -> FakeBotApi:
         return self
@@ -285,7 +296,7 @@ class RelayProcess:
         self.close()
 
 
-# --- small statistics ------------------------------------------------------------------------------
+# --- small statistics ---------------------------------------------------------------------------
 
 
 def percentile(values: Sequence[float], q: float) -> float:

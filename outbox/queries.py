@@ -192,12 +192,10 @@ class Outcome:
 # then: the message did reach Telegram, and the marker stops the new owner from sending again.
 _RECORD_OUTCOMES = """
 WITH r AS (
-    SELECT * FROM unnest(
-        %(ids)s::bigint[], %(attempts)s::int[], %(states)s::text[], %(delays)s::float8[],
-        %(errors)s::text[], %(refunds)s::bool[], %(keys)s::text[], %(chat_ids)s::bigint[],
-        %(message_ids)s::bigint[], %(new_chat_ids)s::bigint[], %(claimed_ats)s::timestamptz[]
-    ) AS r(id, urinish, holat, delay, xato, refund, kalit, chat_id, message_id, new_chat_id,
-           band_vaqti)
+    SELECT * FROM json_to_recordset(%(batch)s::json)
+        AS r(id bigint, urinish int, holat text, delay float8, xato text, refund bool,
+             kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
+             band_vaqti timestamptz)
 ),
 markers AS (
     INSERT INTO yuborilgan (kalit, chat_id, message_id)
@@ -228,21 +226,33 @@ async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome]) -> int:
     """Write a batch of outcomes in one statement; return how many rows were still ours."""
     if not outcomes:
         return 0
-    params = {
-        "ids": [o.id for o in outcomes],
-        "attempts": [o.attempts for o in outcomes],
-        "states": [o.state for o in outcomes],
-        "delays": [o.delay_seconds for o in outcomes],
-        "errors": [o.error for o in outcomes],
-        "refunds": [o.refund_attempt for o in outcomes],
-        "keys": [o.key for o in outcomes],
-        "chat_ids": [o.chat_id for o in outcomes],
-        "message_ids": [o.message_id for o in outcomes],
-        "new_chat_ids": [o.new_chat_id for o in outcomes],
-        "claimed_ats": [o.claimed_at for o in outcomes],
-    }
-    cursor = await conn.execute(_RECORD_OUTCOMES, params)
+    # One JSON document for the batch: json.dumps builds it in C, where eleven typed arrays
+    # cost psycopg a Python call per element (half the relay's CPU per write, measured).
+    batch = json.dumps([_outcome_fields(o) for o in outcomes], separators=(",", ":"))
+    cursor = await conn.execute(_RECORD_OUTCOMES, {"batch": batch})
     return cursor.rowcount
+
+
+def _outcome_fields(o: Outcome) -> dict[str, Any]:
+    """One element of the batch document; absent fields read as NULL."""
+    fields: dict[str, Any] = {
+        "id": o.id,
+        "urinish": o.attempts,
+        "holat": o.state,
+        "delay": o.delay_seconds,
+        "refund": o.refund_attempt,
+    }
+    if o.error is not None:
+        fields["xato"] = o.error
+    if o.key is not None:
+        fields["kalit"] = o.key
+    if o.message_id is not None:
+        fields.update(chat_id=o.chat_id, message_id=o.message_id)
+    if o.new_chat_id is not None:
+        fields["new_chat_id"] = o.new_chat_id
+    if o.claimed_at is not None:
+        fields["band_vaqti"] = o.claimed_at.isoformat()  # microseconds kept: exact match
+    return fields
 
 
 _STILL_CLAIMED = """

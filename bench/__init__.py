@@ -1,0 +1,1 @@
+"""Reproducible benchmarks of the outbox relay: ``python -m bench`` (see README.md)."""

@@ -1,0 +1,140 @@
+"""Part 7 (``--peers``): procrastinate and PgQueuer on the workload of part 3.
+
+The same number of jobs, each a no-op "send" of a reminder payload, on the same Postgres server
+in the same run, each driven through its public API in a database of its own: jobs are enqueued
+in bulk beforehand, then one worker drains them and the drain is timed. Each peer runs at the
+settings that were fastest for it here (listed in the figure's note); the relay runs at its
+defaults (per-bot limit off), measured again in this part so that the ratio compares
+neighbours in time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from datetime import timedelta
+from typing import Any
+
+import psycopg
+
+from bench import db_path
+from bench.harness import Figure, Options, Server
+
+PROCRASTINATE_CONCURRENCY = 8
+PGQUEUER_BATCH = 100
+
+
+def _payload(n: int) -> dict[str, Any]:
+    return {"chat_id": 1_000_000 + n, "text": f"Eslatma: vazifa #{n}"}
+
+
+async def _procrastinate(url: str, jobs: int) -> float:
+    import procrastinate
+
+    app = procrastinate.App(connector=procrastinate.PsycopgConnector(conninfo=url))
+    done = 0
+
+    @app.task(name="send_reminder")
+    async def send_reminder(chat_id: int, text: str) -> None:
+        nonlocal done
+        done += 1
+
+    async with app.open_async():
+        await app.schema_manager.apply_schema_async()
+        for first in range(0, jobs, 5_000):
+            count = min(5_000, jobs - first)
+            await send_reminder.batch_defer_async(*(_payload(first + k) for k in range(count)))
+        began = time.perf_counter()
+        await app.run_worker_async(
+            concurrency=PROCRASTINATE_CONCURRENCY, wait=False, install_signal_handlers=False
+        )
+        elapsed = time.perf_counter() - began
+    if done != jobs:
+        raise RuntimeError(f"procrastinate ran {done} of {jobs} jobs")
+    return jobs / elapsed
+
+
+async def _pgqueuer(url: str, jobs: int) -> float:
+    import json
+
+    from pgqueuer import PsycopgDriver, QueueManager
+    from pgqueuer.models import Job
+    from pgqueuer.queries import Queries
+    from pgqueuer.types import QueueExecutionMode
+
+    conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
+    driver = PsycopgDriver(conn)
+    queries = Queries(driver)
+    await queries.install()
+    manager = QueueManager(queries)
+    done = 0
+
+    @manager.entrypoint("send_reminder")
+    async def send_reminder(job: Job) -> None:
+        nonlocal done
+        done += 1
+
+    for first in range(0, jobs, 5_000):
+        count = min(5_000, jobs - first)
+        await queries.enqueue(
+            ["send_reminder"] * count,
+            [json.dumps(_payload(first + k)).encode() for k in range(count)],
+            [0] * count,
+        )
+    began = time.perf_counter()
+    await manager.run(
+        batch_size=PGQUEUER_BATCH,
+        mode=QueueExecutionMode.drain,
+        dequeue_timeout=timedelta(seconds=0.1),
+    )
+    elapsed = time.perf_counter() - began
+    await conn.close()
+    if done != jobs:
+        raise RuntimeError(f"PgQueuer ran {done} of {jobs} jobs")
+    return jobs / elapsed
+
+
+def run(server: Server, options: Options) -> list[Figure]:
+    jobs = options.scale(50_000, 5_000)
+    # Both peers log every job or batch at INFO; keep the table readable.
+    for name in ("procrastinate", "pgqueuer"):
+        logging.getLogger(name).setLevel(logging.WARNING)
+    with server.database("peer_procrastinate", migrated=False) as url:
+        procrastinate_rate = asyncio.run(_procrastinate(url, jobs))
+    options.say(f"procrastinate: {procrastinate_rate:,.0f} jobs/s")
+    with server.database("peer_pgqueuer", migrated=False) as url:
+        pgqueuer_rate = asyncio.run(_pgqueuer(url, jobs))
+    options.say(f"PgQueuer: {pgqueuer_rate:,.0f} jobs/s")
+    relay_rate = db_path.measure(server, options, jobs)
+    return [
+        Figure(
+            "7",
+            f"procrastinate, concurrency {PROCRASTINATE_CONCURRENCY}",
+            procrastinate_rate,
+            "jobs/s",
+            baseline="relay",
+            ratio=procrastinate_rate / relay_rate,
+            note=f"{jobs:,} no-op jobs",
+        ),
+        Figure(
+            "7",
+            f"PgQueuer, batch {PGQUEUER_BATCH}",
+            pgqueuer_rate,
+            "jobs/s",
+            baseline="relay",
+            ratio=pgqueuer_rate / relay_rate,
+            note=f"{jobs:,} no-op jobs",
+        ),
+        Figure(
+            "7",
+            "relay, no-op sender, same run",
+            relay_rate,
+            "msg/s",
+            baseline="PgQueuer",
+            ratio=relay_rate / pgqueuer_rate,
+            target=">= 3x PgQueuer",
+            met=relay_rate / pgqueuer_rate >= 3,
+            note=f"{jobs:,} messages",
+        ),
+    ]
