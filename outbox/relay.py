@@ -173,6 +173,7 @@ class Relay:
         await self._sender.start()
 
     async def close(self) -> None:
+        self._stopping.set()  # a final write that cannot reach the database gives up at once
         await self._flush()
         await self._sender.close()
         await self._claimer.close()
