@@ -19,6 +19,7 @@ from typing import Any
 from outbox import admin
 from outbox.config import (
     DEFAULT_BATCH_SIZE,
+    DEFAULT_CLAIM_AHEAD,
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
     DEFAULT_LEASE,
@@ -85,14 +86,21 @@ def _seconds(raw: str) -> float:
         raise argparse.ArgumentTypeError(str(err)) from None
 
 
-def _positive_int(raw: str) -> int:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{raw!r} must be at least 1")
-    return value
+def _whole_number(minimum: int) -> Callable[[str], int]:
+    def convert(raw: str) -> int:
+        try:
+            value = int(raw)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{raw!r} is not a whole number") from None
+        if value < minimum:
+            raise argparse.ArgumentTypeError(f"{raw!r} must be at least {minimum}")
+        return value
+
+    return convert
+
+
+_positive_int = _whole_number(1)
+_non_negative_int = _whole_number(0)
 
 
 def _non_negative_float(raw: str) -> float:
@@ -161,6 +169,13 @@ def _relay_flags(parser: _Parser) -> None:
         default=DEFAULT_BATCH_SIZE,
         convert=_positive_int,
         help="rows claimed per round trip at most",
+    )
+    parser.add(
+        "--claim-ahead",
+        env="OUTBOX_CLAIM_AHEAD",
+        default=DEFAULT_CLAIM_AHEAD,
+        convert=_non_negative_int,
+        help="rows claimed beyond the free send slots, so a freed slot starts at once",
     )
     parser.add(
         "--poll-only",
@@ -252,6 +267,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         database_url=url,
         concurrency=args.concurrency,
         batch_size=args.batch_size,
+        claim_ahead=args.claim_ahead,
         poll_only=args.poll_only,
         poll_interval=poll_interval,
         lease_seconds=args.lease,
