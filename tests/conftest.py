@@ -7,6 +7,7 @@ milliseconds and keeps tests independent even when they run relays in other proc
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import os
 import tempfile
@@ -54,15 +55,31 @@ def template_url(server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
 
 
+@contextlib.contextmanager
+def _scratch_database(server: str, prefix: str, template: str | None = None) -> Iterator[str]:
+    name = f"{prefix}_{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
+    clause = f' TEMPLATE "{template}"' if template else ""
+    with _admin(server) as conn:
+        conn.execute(f'CREATE DATABASE "{name}"{clause}')
+    try:
+        yield with_database(server, name)
+    finally:
+        with _admin(server) as conn:
+            conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+
+
 @pytest.fixture
 def db_url(server_url: str, template_url: str) -> Iterator[str]:
     """A freshly migrated database of the test's own."""
-    name = f"outbox_t{os.getpid()}_{next(_counter)}_{uuid.uuid4().hex[:6]}"
-    with _admin(server_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE}"')
-    yield with_database(server_url, name)
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
+    with _scratch_database(server_url, "outbox_t", TEMPLATE) as url:
+        yield url
+
+
+@pytest.fixture
+def empty_db_url(server_url: str) -> Iterator[str]:
+    """A database without the schema, for 'run outbox migrate first' checks."""
+    with _scratch_database(server_url, "outbox_empty") as url:
+        yield url
 
 
 @pytest.fixture
@@ -70,17 +87,6 @@ def engine(db_url: str) -> Iterator[sa.Engine]:
     eng = create_engine(db_url)
     yield eng
     eng.dispose()
-
-
-@pytest.fixture
-def empty_db_url(server_url: str) -> Iterator[str]:
-    """A database without the schema, for 'run outbox migrate first' checks."""
-    name = f"outbox_empty_{os.getpid()}_{uuid.uuid4().hex[:6]}"
-    with _admin(server_url) as conn:
-        conn.execute(f'CREATE DATABASE "{name}"')
-    yield with_database(server_url, name)
-    with _admin(server_url) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
