@@ -60,8 +60,9 @@ def cancel(conn: queries.SyncConn, keys: Sequence[str]) -> int:
 
 
 def update_pending(conn: queries.SyncConn, key: str, payload: Mapping[str, Any]) -> bool:
-    """Replace the payload of a message that is still waiting; False if it is not.
+    """Replace the payload of an unsent message (waiting, claimed or failed); False if none.
 
-    A message being sent right now keeps the text it had; a sent one is not sent again.
+    A message being sent at this moment goes out with the text it had; a retry or replay of it
+    sends the new one. A sent message is not sent again.
     """
     return queries.update_pending(conn, key, dict(payload))

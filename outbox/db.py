@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import SplitResult, urlsplit, urlunsplit
 
 import psycopg
 import sqlalchemy as sa
@@ -50,12 +50,19 @@ def normalize_url(url: str) -> str:
         raise ConfigError(
             f"database URL must start with postgresql://, got {redact_url(url)!r}",
         )
-    return urlunsplit(parts._replace(scheme="postgresql"))
+    return _unsplit(parts._replace(scheme="postgresql"))
+
+
+def _unsplit(parts: SplitResult) -> str:
+    # urlunsplit drops the "//" of a URL without a host (postgresql:///db?host=/run/pg),
+    # which libpq then cannot read.
+    query = f"?{parts.query}" if parts.query else ""
+    return f"{parts.scheme}://{parts.netloc}{parts.path}{query}"
 
 
 def with_database(url: str, name: str) -> str:
     """The same server, another database."""
-    return urlunsplit(urlsplit(normalize_url(url))._replace(path="/" + name))
+    return _unsplit(urlsplit(normalize_url(url))._replace(path="/" + name))
 
 
 def resolve_url(url: str | None) -> str:

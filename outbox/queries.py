@@ -112,15 +112,17 @@ def cancel(conn: SyncConn, keys: Sequence[str]) -> int:
     return int(_execute(conn, _CANCEL, {"keys": list(keys)}).rowcount)
 
 
-# Only pending rows change: a claimed row is being sent right now, with the text it had.
+# Claimed and failed rows change too: a relay sends from the copy it claimed, so a message
+# being sent right now goes out as it was, and any later attempt (a retry, a replay) sends the
+# new text.
 _UPDATE_PENDING = """
 UPDATE outbox SET payload = %(payload)s::jsonb, yangilangan = now()
-WHERE kalit = %(kalit)s AND holat = 'kutmoqda'
+WHERE kalit = %(kalit)s AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
 """
 
 
 def update_pending(conn: SyncConn, key: str, payload: Mapping[str, Any]) -> bool:
-    """Replace the payload of a pending message; False if it is not pending (any more)."""
+    """Replace the payload of an unsent message; False if there is none (or it was sent)."""
     params = {"kalit": key, "payload": json.dumps(payload)}
     return bool(_execute(conn, _UPDATE_PENDING, params).rowcount)
 

@@ -100,6 +100,8 @@ class RateLimiter:
         if previous is not None and previous >= now:
             at = max(at, previous + self._chat_interval(chat_id))
         self._chat_deferred[chat_id] = at
+        if len(self._chat_deferred) > _PRUNE_AT:
+            self._chat_deferred = {c: t for c, t in self._chat_deferred.items() if t > now}
         return at - now
 
     def capacity(self, now: float, horizon: float) -> int | None:

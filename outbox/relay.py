@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -30,8 +31,14 @@ __all__ = ["Relay", "RunSummary"]
 
 log = logging.getLogger("outbox.relay")
 
+# A claimed row that waited longer than this (for a send slot or a rate limit) is checked
+# before sending: the app may have withdrawn it meanwhile (outbox.cancel).
+_RECHECK_AFTER = 0.05
+_DEFER_SLACK = 0.5
+
 # Due rows that stay locked by another transaction are looked at after 10 ms, then 20 ms, ...
 _BUSY_BACKOFF_START = 0.01
+_BUSY_BACKOFF_MAX = 0.5
 
 # Errors that mean "the database connection is gone": reconnect and carry on.
 # A failover can leave the relay on a read-only replica, and a connection pooler can lose the
@@ -154,6 +161,11 @@ class Relay:
         self._written = asyncio.Event()
         self._flusher_running = False
         self._busy_backoff = _BUSY_BACKOFF_START
+        self._give_up_writing_at: float | None = None
+        # How far ahead claims may fill the bot's send slots; at least two slots, so that a
+        # very low --rate-limit still finds room.
+        per_bot = config.rate_limits.per_bot
+        self._claim_horizon = max(config.max_chat_hold, 2.0 / per_bot if per_bot else 0.0)
         self._deferred_until = 0.0  # loop time when the last row this relay handed back is due
         self._fatal: BaseException | None = None
         self._total = RunSummary()
@@ -191,7 +203,8 @@ class Relay:
         before = RunSummary()
         before.add(self._total)
         rows = await self._claim(self.config.batch_size)
-        await asyncio.gather(*(self._process(row) for row in rows))
+        claimed_at = asyncio.get_running_loop().time()
+        await asyncio.gather(*(self._process(row, claimed_at) for row in rows))
         await self._flush()
         self._raise_if_fatal()
         done = RunSummary()
@@ -242,7 +255,7 @@ class Relay:
             free = self.config.concurrency + self.config.claim_ahead - len(in_flight)
             # Claim no more than the bot's rate limit lets go soon: rows beyond it would only
             # wait in memory, or be handed back.
-            bot_room = self._limiter.capacity(loop.time(), self.config.max_chat_hold)
+            bot_room = self._limiter.capacity(loop.time(), self._claim_horizon)
             if bot_room is not None:
                 free = min(free, bot_room)
             timeout = self.config.poll_interval
@@ -255,8 +268,9 @@ class Relay:
             elif free >= min(min_claim, bot_room or min_claim):
                 want = min(free, self.config.batch_size)
                 rows = await self._claim(want)
+                claimed_at = loop.time()
                 for row in rows:
-                    task = asyncio.create_task(self._process(row))
+                    task = asyncio.create_task(self._process(row, claimed_at))
                     in_flight.add(task)
                     task.add_done_callback(finished)
                 if len(rows) == want:
@@ -265,7 +279,10 @@ class Relay:
                     continue
                 next_due = await self._next_due(claimed=bool(rows), idle=not in_flight)
                 nothing_due = next_due is None or next_due > 0
-                if drain and not in_flight and nothing_due and self._deferred_until <= loop.time():
+                # Rows this relay handed back fall due a moment after it decided (their time is
+                # set when the write commits): give them that moment before a drain ends.
+                deferred_done = self._deferred_until + _DEFER_SLACK <= loop.time()
+                if drain and not in_flight and nothing_due and deferred_done:
                     return
                 if next_due is not None:
                     # A hair late rather than early, so that the claim finds the row due.
@@ -279,14 +296,16 @@ class Relay:
         if idle:
             await self._flush()  # retries written now count for the next due time
         next_due = await self._seconds_until_next_due()
-        own_deferred = self._deferred_until - asyncio.get_running_loop().time()
+        now = asyncio.get_running_loop().time()
+        own_deferred = self._deferred_until + _DEFER_SLACK - now
         if own_deferred > 0 and (next_due is None or next_due > own_deferred):
             next_due = own_deferred  # rows this relay handed back are its own work
         if next_due is not None and next_due <= 0 and not claimed:
             # Due rows exist but the claim skipped them: another transaction holds them locked
             # (an app changing its task, say). Look again later instead of spinning on them.
             next_due = self._busy_backoff
-            self._busy_backoff = min(self._busy_backoff * 2, self.config.poll_interval)
+            # Capped low: rows due later must not wait behind a row someone keeps locked.
+            self._busy_backoff = min(self._busy_backoff * 2, _BUSY_BACKOFF_MAX)
         else:
             self._busy_backoff = _BUSY_BACKOFF_START
         return next_due
@@ -337,7 +356,7 @@ class Relay:
                 except (*_DB_LOST, OutboxError) as err:
                     self._pending[:0] = batch
                     self._recorder.lost(err)
-                    if self._stopping.is_set():
+                    if self._stopping.is_set() and self._past_final_write_deadline():
                         log.error(
                             "could not record %d outcomes before stopping; the reaper returns "
                             "those rows to the queue after the lease",
@@ -358,11 +377,18 @@ class Relay:
                 if applied < len(batch):
                     self._total.fenced_out += len(batch) - applied
                     log.warning(
-                        "%d outcome(s) discarded: the claim expired and was reaped meanwhile",
+                        "%d outcome(s) discarded: the claim was reaped, or the app withdrew it",
                         len(batch) - applied,
                     )
                 if any(o.state == State.PENDING for o in batch):
                     self._wakeup.set()  # a retry may now be the earliest due row
+
+    def _past_final_write_deadline(self) -> bool:
+        """While stopping, written outcomes (sent markers) are worth a few reconnects."""
+        now = time.monotonic()
+        if self._give_up_writing_at is None:
+            self._give_up_writing_at = now + self.config.grace_seconds + 5.0
+        return now >= self._give_up_writing_at
 
     async def _record_one_by_one(self, batch: list[queries.Outcome]) -> int:
         applied = 0
@@ -479,14 +505,14 @@ class Relay:
 
     # --- one message ---------------------------------------------------------------------------
 
-    async def _process(self, row: queries.ClaimedRow) -> None:
+    async def _process(self, row: queries.ClaimedRow, claimed_at: float) -> None:
         try:
             await self._slots.acquire()
         except asyncio.CancelledError:
             self._skip_unsent(row)  # never started: back to the queue untouched
             raise
         try:
-            await self._deliver(row)
+            await self._deliver(row, claimed_at)
         except Exception as err:  # a bug must not strand the row until the lease
             log.exception("outbox %s: unexpected error while delivering", row.id)
             self._fail(row, classify(err))
@@ -509,7 +535,7 @@ class Relay:
         finally:
             self._slots.release()
 
-    async def _deliver(self, row: queries.ClaimedRow) -> None:  # noqa: PLR0911 - one exit per fate
+    async def _deliver(self, row: queries.ClaimedRow, claimed_at: float) -> None:  # noqa: PLR0911 - one exit per fate
         if row.already_sent:
             self._total.already_sent += 1
             self._record(queries.Outcome.for_row(row, State.DONE))
@@ -537,7 +563,8 @@ class Relay:
                 return
             if self._limiter.paused_for(loop.time()) > 0.001:
                 continue  # flood control began while this send waited for its turn
-            if waited > 0 and not await self._still_claimed(row):
+            stale = loop.time() - claimed_at > _RECHECK_AFTER
+            if stale and not await self._still_claimed(row):
                 # The app withdrew the message (its task was completed, say) while it waited.
                 self._total.cancelled += 1
                 return

@@ -130,7 +130,7 @@ def _reschedule(session: Session, args: argparse.Namespace) -> None:
 
 def _rename(session: Session, args: argparse.Namespace) -> None:
     changed = service.rename_task(session, parse_id("task", args.id), args.title)
-    print(f"task {changed.task.id} renamed; {_plural(changed.updated, 'waiting reminder')} updated")
+    print(f"task {changed.task.id} renamed; {_plural(changed.updated, 'unsent reminder')} updated")
 
 
 def _task_as_json(task: Task) -> dict[str, Any]:

@@ -312,10 +312,11 @@ def reschedule_task(
 
 
 def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
-    """Change the title; reminders still waiting get the new text.
+    """Change the title; every unsent reminder gets the new text.
 
     A reminder already sent stays sent, and one a relay is sending at this moment goes out
-    with the title it had (the keys stay: same task, offset and due time).
+    with the title it had (a retry of it has the new one). The keys stay: same task, offset
+    and due time.
     """
     title = _check_text("task's title", title)
     task = _lock_task(session, task_id)

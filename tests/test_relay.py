@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import time
 from datetime import UTC, datetime, timedelta
 
@@ -217,3 +218,42 @@ def test_payload_that_is_not_an_object_fails_at_once(
         rows = conn.exec_driver_sql("SELECT holat, urinish, oxirgi_xato FROM outbox").all()
     assert all(state == "xato" and attempts == 1 for state, attempts, _ in rows)
     assert all("JSON object" in error for *_, error in rows)
+
+
+def test_row_cancelled_while_waiting_for_a_send_slot_is_not_sent(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    from outbox import cancel
+    from outbox.fake_telegram import Fault
+
+    fake_telegram.script(1, Fault.slow(1.0))  # the first send holds the only slot for a second
+    with engine.begin() as conn:
+        enqueue(conn, key="first", payload={"chat_id": 1, "text": "birinchi"})
+    with engine.begin() as conn:
+        enqueue(conn, key="second", payload={"chat_id": 2, "text": "ikkinchi"})
+
+    async def scenario() -> RunSummary:
+        async with make_relay(db_url, fake_telegram, concurrency=1) as relay:
+            runner = asyncio.create_task(relay.run(drain=True))
+            await asyncio.sleep(0.5)  # both claimed; the second waits for the slot
+            with engine.begin() as conn:
+                assert cancel(conn, ["second"]) == 1
+            return await runner
+
+    summary = asyncio.run(scenario())
+    assert [d.chat_id for d in fake_telegram.delivered] == [1]
+    assert summary.cancelled == 1
+
+
+def test_drain_waits_for_rows_it_handed_back_for_a_busy_chat(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    with engine.begin() as conn:
+        for i in range(4):
+            enqueue(conn, key=f"c{i}", payload={"chat_id": 9, "text": f"xabar {i}"})
+    limits = RateLimits(per_bot=0, per_chat=1.0)  # one message per second to one chat
+    summary = asyncio.run(drain(db_url, fake_telegram, rate_limits=limits))
+    assert summary.sent == 4
+    assert states(engine)["bajarildi"] == 4
+    times = [d.at for d in fake_telegram.delivered]
+    assert all(b - a >= 1.0 for a, b in itertools.pairwise(times))

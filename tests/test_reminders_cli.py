@@ -133,7 +133,7 @@ def test_done_delete_rename_reschedule(run: Run, engine: sa.Engine) -> None:
     first, second = add_task(run, user), add_task(run, user, title="Ikkinchi")
 
     ran = run("rename", str(first), "Yangi & <nom>")
-    assert (ran.code, ran.out) == (0, f"task {first} renamed; 1 waiting reminder updated\n")
+    assert (ran.code, ran.out) == (0, f"task {first} renamed; 1 unsent reminder updated\n")
     assert "Yangi &amp; &lt;nom&gt;" in outbox_rows(engine)[0][1]["text"]
 
     ran = run("reschedule", str(first), "--due", "2099-02-01 10:00")

@@ -186,6 +186,8 @@ def test_database_urls() -> None:
     assert normalize_url("postgres://u@h/db") == "postgresql://u@h/db"
     assert redact_url("postgresql://u:pw@h/db") == "postgresql://u:***@h/db"
     assert with_database("postgresql://u@h:5/a?x=1", "b") == "postgresql://u@h:5/b?x=1"
+    assert normalize_url("postgresql:///db?host=/run/pg") == "postgresql:///db?host=/run/pg"
+    assert with_database("postgresql:///a?host=/x", "b") == "postgresql:///b?host=/x"
     for bad in ("mysql://h/db", "postgresql://h:notaport/db"):
         with pytest.raises(ConfigError):
             normalize_url(bad)
