@@ -52,9 +52,9 @@ def cancel(conn: queries.SyncConn, keys: Sequence[str]) -> int:
 
     Pending and failed messages are deleted. So is a message a relay has claimed: a relay whose
     claimed row waited (for a send slot or a rate limit) checks that its claim still exists
-    before sending; a request already on its way cannot be called back. Do not enqueue the same key again right after cancelling it:
-    another relay could send it while the first one is still sending. Use a new key, or
-    ``update_pending`` to change a message's text.
+    before sending; a request already on its way cannot be called back. Do not enqueue the same
+    key again right after cancelling it: another relay could send it while the first one is
+    still sending. Use a new key, or ``update_pending`` to change a message's text.
     """
     return queries.cancel(conn, keys)
 

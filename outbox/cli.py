@@ -243,6 +243,13 @@ def _relay_flags(parser: _Parser) -> None:
         help="on SIGTERM, how long in-flight sends may finish",
     )
     parser.add(
+        "--telegram-timeout",
+        env="OUTBOX_TELEGRAM_TIMEOUT",
+        default=10.0,
+        convert=_seconds,
+        help="how long to wait for the Bot API's answer (no answer: maybe delivered, retried)",
+    )
+    parser.add(
         "--retention",
         env="OUTBOX_RETENTION",
         default=DEFAULT_RETENTION,
@@ -290,7 +297,9 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     token = read_token()
     api_url = telegram_api_url()
     config = _relay_config(args, resolve_url(args.database_url))
-    sender = TelegramSender(token, api_url=api_url, pool_size=config.concurrency)
+    sender = TelegramSender(
+        token, api_url=api_url, pool_size=config.concurrency, read_timeout=args.telegram_timeout
+    )
 
     async def run() -> int:
         relay = Relay(config, sender)
