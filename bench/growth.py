@@ -203,7 +203,7 @@ async def _last_retention_round(url: str) -> None:
     await asyncio.sleep(RETENTION + 0.5)
     conn = await async_connect(url)
     try:
-        await queries.prune_async(
+        await queries.prune(
             conn,
             done_older_than_seconds=RETENTION,
             markers_older_than_seconds=RETENTION,

@@ -9,24 +9,28 @@ Exit codes (the README lists them): 0 done; 2 invalid input or unknown id; 3 bad
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import json
 import sys
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
 from outbox import admin_output as out
 from outbox import queries
 from outbox.config import DEFAULT_LEASE, DEFAULT_MARKER_RETENTION, DEFAULT_RETENTION
-from outbox.db import connect_errors, create_engine, resolve_url
+from outbox.db import async_connect, connect_errors, create_engine, resolve_url
 from outbox.durations import parse_duration
 from outbox.errors import InvalidInput, NotFound, Refused, Unhealthy
+from outbox.queries import AsyncConn
 from outbox.retry import RetryPolicy
 from outbox.states import State
 
 __all__ = ["add_commands"]
+
+T = TypeVar("T")
 
 # A health check must answer, not hang on a host that drops packets.
 CONNECT_TIMEOUT_SECONDS = 10
@@ -255,27 +259,33 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _maintenance(args: argparse.Namespace, work: Callable[[AsyncConn], Awaitable[T]]) -> T:
+    """Run one of the relay's own maintenance steps (the same code, the same SQL) once."""
+    url = resolve_url(args.database_url)
+
+    async def run() -> T:
+        conn = await async_connect(url, prepare=False)
+        try:
+            with connect_errors(url):
+                return await work(conn)
+        finally:
+            await conn.close()
+
+    return asyncio.run(run())
+
+
 def cmd_reap(args: argparse.Namespace) -> int:
-    with _database(args) as engine, engine.begin() as conn:
-        reaped = queries.reap_stale(conn, lease_seconds=args.lease, max_attempts=args.max_attempts)
+    reaped = _maintenance(
+        args,
+        lambda conn: queries.reap_stale(
+            conn, lease_seconds=args.lease, max_attempts=args.max_attempts
+        ),
+    )
     if args.json:
         _print_json(reaped)
     else:
         print(f"reaped: {reaped['kutmoqda']} back to kutmoqda, {reaped['xato']} to xato")
     return 0
-
-
-def _in_batches(
-    engine: Engine, prune_batch: Callable[..., int], older_than: float, size: int
-) -> int:
-    """Delete batch after batch, each in its own short transaction, until one comes up short."""
-    removed = 0
-    while True:
-        with engine.begin() as conn:
-            n = prune_batch(conn, older_than_seconds=older_than, batch_size=size)
-        removed += n
-        if n < size:
-            return removed
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -285,13 +295,18 @@ def cmd_prune(args: argparse.Namespace) -> int:
             f"shorter than --older-than ({out.span(args.older_than)}): a marker is what "
             "stops a key enqueued again from being sent twice"
         )
-    with _database(args) as engine:
-        done = _in_batches(engine, queries.prune_done, args.older_than, args.batch_size)
-        markers = _in_batches(
-            engine, queries.prune_markers, args.markers_older_than, args.batch_size
-        )
-        with engine.begin() as conn:
-            failed = queries.count_failed(conn)
+    removed = _maintenance(
+        args,
+        lambda conn: queries.prune(
+            conn,
+            done_older_than_seconds=args.older_than,
+            markers_older_than_seconds=args.markers_older_than,
+            batch_size=args.batch_size,
+        ),
+    )
+    done, markers = removed["bajarildi"], removed["yuborilgan"]
+    with _database(args) as engine, engine.begin() as conn:
+        failed = queries.count_failed(conn)
     if args.json:
         _print_json({"bajarildi": done, "yuborilgan": markers, "xato_kept": failed})
         return 0

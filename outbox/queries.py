@@ -9,7 +9,7 @@ come from the database clock (``now()``), so many relay hosts agree on what is d
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -32,14 +32,9 @@ __all__ = [
     "enqueue",
     "get_message",
     "list_messages",
-    "prune_async",
-    "prune_done",
-    "prune_done_async",
-    "prune_markers",
-    "prune_markers_async",
+    "prune",
     "queue_status",
     "reap_stale",
-    "reap_stale_async",
     "record_outcomes",
     "replay",
     "seconds_until_next_due",
@@ -321,28 +316,14 @@ RETURNING holat
 """
 
 
-def _reap_params(lease_seconds: float, max_attempts: int) -> dict[str, Any]:
-    return {"lease": float(lease_seconds), "max_attempts": max_attempts}
-
-
-def _reap_counts(rows: Iterable[Sequence[Any]]) -> dict[str, int]:
+async def reap_stale(conn: AsyncConn, *, lease_seconds: float, max_attempts: int) -> dict[str, int]:
+    """Return expired claims to the queue (or to xato); counts per new state."""
+    params = {"lease": float(lease_seconds), "max_attempts": max_attempts}
+    cursor = await conn.execute(_REAP_STALE, params)
     counts = {"kutmoqda": 0, "xato": 0}
-    for (state,) in rows:
+    for (state,) in await cursor.fetchall():
         counts[state] += 1
     return counts
-
-
-def reap_stale(conn: SyncConn, *, lease_seconds: float, max_attempts: int) -> dict[str, int]:
-    """Return expired claims to the queue (or to xato); counts per new state."""
-    result = _execute(conn, _REAP_STALE, _reap_params(lease_seconds, max_attempts))
-    return _reap_counts(result.fetchall())
-
-
-async def reap_stale_async(
-    conn: AsyncConn, *, lease_seconds: float, max_attempts: int
-) -> dict[str, int]:
-    cursor = await conn.execute(_REAP_STALE, _reap_params(lease_seconds, max_attempts))
-    return _reap_counts(await cursor.fetchall())
 
 
 # --- reading -------------------------------------------------------------------------------------
@@ -608,54 +589,26 @@ WHERE kalit IN (
 """
 
 
-def _prune_params(older_than_seconds: float, batch_size: int) -> dict[str, Any]:
-    return {"older_than": float(older_than_seconds), "batch": batch_size}
-
-
-def prune_done(conn: SyncConn, *, older_than_seconds: float, batch_size: int) -> int:
-    """Delete one batch of done rows last changed before that age; return how many.
-
-    Commit after each batch and call again until it returns less than ``batch_size``.
-    """
-    params = _prune_params(older_than_seconds, batch_size)
-    return int(_execute(conn, _PRUNE_DONE, params).rowcount)
-
-
-def prune_markers(conn: SyncConn, *, older_than_seconds: float, batch_size: int) -> int:
-    """Delete one batch of sent markers older than that; same protocol as ``prune_done``."""
-    params = _prune_params(older_than_seconds, batch_size)
-    return int(_execute(conn, _PRUNE_MARKERS, params).rowcount)
-
-
-async def prune_done_async(conn: AsyncConn, *, older_than_seconds: float, batch_size: int) -> int:
-    cursor = await conn.execute(_PRUNE_DONE, _prune_params(older_than_seconds, batch_size))
-    return cursor.rowcount
-
-
-async def prune_markers_async(
-    conn: AsyncConn, *, older_than_seconds: float, batch_size: int
-) -> int:
-    cursor = await conn.execute(_PRUNE_MARKERS, _prune_params(older_than_seconds, batch_size))
-    return cursor.rowcount
-
-
-async def prune_async(
+async def prune(
     conn: AsyncConn,
     *,
     done_older_than_seconds: float,
     markers_older_than_seconds: float,
     batch_size: int,
 ) -> dict[str, int]:
-    """Retention for the relay's maintenance loop: every batch in its own transaction."""
+    """Retention (relay maintenance, ``outbox prune``): batch after batch, each in its own
+    short transaction so a long delete neither locks the table nor bloats it, until one comes
+    up short. Returns how many done rows and markers went."""
     removed = {"bajarildi": 0, "yuborilgan": 0}
     steps = (
-        ("bajarildi", prune_done_async, done_older_than_seconds),
-        ("yuborilgan", prune_markers_async, markers_older_than_seconds),
+        ("bajarildi", _PRUNE_DONE, done_older_than_seconds),
+        ("yuborilgan", _PRUNE_MARKERS, markers_older_than_seconds),
     )
-    for name, prune_batch, older_than in steps:
+    for name, statement, older_than in steps:
+        params = {"older_than": float(older_than), "batch": batch_size}
         while True:
             async with conn.transaction():
-                n = await prune_batch(conn, older_than_seconds=older_than, batch_size=batch_size)
+                n = (await conn.execute(statement, params)).rowcount
             removed[name] += n
             if n < batch_size:
                 break

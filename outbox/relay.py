@@ -456,7 +456,7 @@ class Relay:
         """Keep the hot table small: delete old done rows and, later, their sent markers."""
         if not self.config.retention_seconds:
             return
-        pruned = await queries.prune_async(
+        pruned = await queries.prune(
             conn,
             done_older_than_seconds=self.config.retention_seconds,
             markers_older_than_seconds=self.config.marker_retention_seconds,
@@ -484,7 +484,7 @@ class Relay:
                         # A round takes well under a second; one that sits idle much longer
                         # inside its transaction belongs to a hung relay, and the server ends it.
                         if await queries.try_maintenance_lock(conn, idle_seconds=idle_limit):
-                            reaped = await queries.reap_stale_async(
+                            reaped = await queries.reap_stale(
                                 conn,
                                 lease_seconds=self.config.lease_seconds,
                                 max_attempts=self.config.retry.max_attempts,

@@ -493,7 +493,7 @@ def test_prune_async_for_the_relay_runs_each_batch_in_its_own_transaction(
 
     async def prune() -> dict[str, int]:
         async with await psycopg.AsyncConnection.connect(outbox_db, autocommit=True) as conn:
-            return await queries.prune_async(
+            return await queries.prune(
                 conn,
                 done_older_than_seconds=7 * 86400,
                 markers_older_than_seconds=30 * 86400,
