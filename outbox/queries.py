@@ -12,7 +12,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import psycopg
 from sqlalchemy import Connection
@@ -125,8 +125,9 @@ def update_pending(conn: SyncConn, key: str, payload: Mapping[str, Any]) -> bool
 # --- the relay's hot path ----------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class ClaimedRow:
+# The two records of the hot path are named tuples: a relay builds two per message, and a
+# tuple is built several times faster than a frozen dataclass.
+class ClaimedRow(NamedTuple):
     id: int
     kind: str
     key: str
@@ -157,11 +158,11 @@ RETURNING o.id, o.tur, o.kalit, o.payload, o.urinish,
 async def claim_due(conn: AsyncConn, limit: int) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows in one statement; other relays skip them."""
     cursor = await conn.execute(_CLAIM_DUE, {"limit": limit})
-    return [ClaimedRow(*row) for row in await cursor.fetchall()]
+    make = ClaimedRow._make
+    return [make(row) for row in await cursor.fetchall()]
 
 
-@dataclass(frozen=True, slots=True)
-class Outcome:
+class Outcome(NamedTuple):
     """What to write for one claimed row; built by the relay from the retry policy."""
 
     id: int

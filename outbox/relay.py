@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import deque
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -155,10 +156,11 @@ class Relay:
         # Send slots: claimed rows beyond them (claim_ahead) wait here for a slot to free up.
         self._slots = asyncio.Semaphore(config.concurrency)
         # Outcomes recorded and written so far, in order: a send keeps its slot until its
-        # outcome is written (see _process). ``_written`` is set, and replaced, at each write.
+        # outcome is written (see _process). Outcomes are written in the order recorded, so
+        # each waiter waits for a count, and a write wakes exactly the sends it covered.
         self._recorded_count = 0
         self._written_count = 0
-        self._written = asyncio.Event()
+        self._write_waiters: deque[tuple[int, asyncio.Future[None]]] = deque()
         self._flusher_running = False
         self._busy_backoff = _BUSY_BACKOFF_START
         self._give_up_writing_at: float | None = None
@@ -412,7 +414,7 @@ class Relay:
                 await self._flush()
         finally:
             self._flusher_running = False
-            self._written.set()  # nobody waits for a flusher that has ended
+            self._wake_write_waiters(everyone=True)  # nobody waits for a flusher that ended
 
     def _record(self, outcome: queries.Outcome) -> None:
         self._pending.append(outcome)
@@ -424,16 +426,24 @@ class Relay:
 
     def _mark_written(self, count: int) -> None:
         self._written_count += count
-        self._written.set()
-        self._written = asyncio.Event()
+        self._wake_write_waiters()
+
+    def _wake_write_waiters(self, *, everyone: bool = False) -> None:
+        waiters = self._write_waiters
+        while waiters and (everyone or waiters[0][0] <= self._written_count):
+            future = waiters.popleft()[1]
+            if not future.done():  # a cancelled send leaves a cancelled future behind
+                future.set_result(None)
 
     async def _until_written(self) -> None:
-        """Wait until every outcome recorded so far is written (or the relay is stopping)."""
+        """Wait until every outcome recorded so far is written (or the flusher has ended)."""
         target = self._recorded_count
-        while (
-            self._written_count < target and self._flusher_running and not self._stopping.is_set()
-        ):
-            await self._written.wait()
+        if self._written_count >= target or not self._flusher_running:
+            return
+        # Recorded counts only grow, so the queue stays sorted by target.
+        future = asyncio.get_running_loop().create_future()
+        self._write_waiters.append((target, future))
+        await future
 
     async def _listen_forever(self) -> None:
         """LISTEN for new rows; after a reconnect, look again at once (notes may be lost)."""
