@@ -175,7 +175,7 @@ def _relay_flags(parser: _Parser) -> None:
         env="OUTBOX_CLAIM_AHEAD",
         default=DEFAULT_CLAIM_AHEAD,
         convert=_non_negative_int,
-        help="rows claimed beyond the free send slots, so a freed slot starts at once",
+        help="rows claimed beyond the free send slots at most, so a freed slot starts at once",
     )
     parser.add(
         "--poll-only",

@@ -35,6 +35,11 @@ log = logging.getLogger("outbox.relay")
 # A claimed row that waited longer than this (for a send slot or a rate limit) is checked
 # before sending: the app may have withdrawn it meanwhile (outbox.cancel).
 _RECHECK_AFTER = 0.05
+# Rows claimed ahead of the free send slots should start well within that time, so the relay
+# claims ahead only what it starts within half of it at the rate its slots have been freeing
+# up (and at most config.claim_ahead). The rate is measured over windows of this length.
+_AHEAD_WINDOW = _RECHECK_AFTER / 2
+_RATE_WINDOW = 0.1
 _DEFER_SLACK = 0.5
 
 # Due rows that stay locked by another transaction are looked at after 10 ms, then 20 ms, ...
@@ -90,6 +95,7 @@ class _Connection:
         self._name = name
         self._stopping = stopping
         self._conn: psycopg.AsyncConnection[Any] | None = None
+        self._closing: set[asyncio.Task[None]] = set()
 
     async def get(self) -> psycopg.AsyncConnection[Any]:
         if self._conn is None or self._conn.closed:
@@ -120,13 +126,17 @@ class _Connection:
         if self._conn is not None:
             conn, self._conn = self._conn, None
             with contextlib.suppress(Exception):
-                asyncio.get_running_loop().create_task(conn.close())
+                # Referenced until done: the event loop keeps only weak references to tasks.
+                closing = asyncio.get_running_loop().create_task(conn.close())
+                self._closing.add(closing)
+                closing.add_done_callback(self._closing.discard)
 
     async def close(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 await self._conn.close()
             self._conn = None
+        await asyncio.gather(*self._closing, return_exceptions=True)
 
 
 def _log_if_died(task: asyncio.Task[None]) -> None:
@@ -169,6 +179,9 @@ class Relay:
         per_bot = config.rate_limits.per_bot
         self._claim_horizon = max(config.max_chat_hold, 2.0 / per_bot if per_bot else 0.0)
         self._deferred_until = 0.0  # loop time when the last row this relay handed back is due
+        self._release_rate = 0.0  # outcomes written (send slots freed) per second, lately
+        self._rate_measured_at = 0.0
+        self._rate_measured_count = 0
         self._fatal: BaseException | None = None
         self._total = RunSummary()
 
@@ -249,12 +262,13 @@ class Relay:
             if not task.cancelled() and task.exception() is not None:
                 log.error("send task failed", exc_info=task.exception())
 
-        # Claim once half the rows claimed ahead have started, so that claims (each a commit)
-        # stay large; with nothing claimed ahead, claim for every free slot.
-        min_claim = max(1, self.config.claim_ahead // 2)
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
-            free = self.config.concurrency + self.config.claim_ahead - len(in_flight)
+            ahead = self._claim_ahead(loop.time())
+            free = self.config.concurrency + ahead - len(in_flight)
+            # Claim once half the rows claimed ahead have started, so that claims (each a
+            # commit) stay large; with nothing claimed ahead, claim for every free slot.
+            min_claim = max(1, ahead // 2)
             # Claim no more than the bot's rate limit lets go soon: rows beyond it would only
             # wait in memory, or be handed back.
             bot_room = self._limiter.capacity(loop.time(), self._claim_horizon)
@@ -292,6 +306,15 @@ class Relay:
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    def _claim_ahead(self, now: float) -> int:
+        """How many rows to claim beyond the free send slots (see _AHEAD_WINDOW)."""
+        elapsed = now - self._rate_measured_at
+        if elapsed >= _RATE_WINDOW:
+            written = self._written_count - self._rate_measured_count
+            self._release_rate = written / elapsed
+            self._rate_measured_at, self._rate_measured_count = now, self._written_count
+        return min(self.config.claim_ahead, int(self._release_rate * _AHEAD_WINDOW))
 
     async def _next_due(self, *, claimed: bool, idle: bool) -> float | None:
         """Seconds until there may be work again; None: nothing is pending for this relay."""

@@ -191,3 +191,23 @@ def test_database_urls() -> None:
     for bad in ("mysql://h/db", "postgresql://h:notaport/db"):
         with pytest.raises(ConfigError):
             normalize_url(bad)
+
+
+def test_claim_ahead_follows_the_rate_sends_finish_at() -> None:
+    from outbox.config import RelayConfig
+    from outbox.relay import Relay
+    from outbox.telegram import NullSender
+
+    relay = Relay(RelayConfig(database_url="postgresql:///unused", claim_ahead=64), NullSender())
+    # Nothing measured yet: claim for free send slots only.
+    assert relay._claim_ahead(0.0) == 0
+    # 100 sends finished in 0.1 s: 1,000/s, so a row claimed ahead starts within ~25 ms.
+    relay._written_count = 100
+    assert relay._claim_ahead(0.1) == 25
+    # A window is measured once it is complete; until then the last rate holds.
+    relay._written_count = 10_100
+    assert relay._claim_ahead(0.15) == 25
+    # Fast sends (a no-op sender, a local Bot API): the configured cap.
+    assert relay._claim_ahead(0.2) == 64
+    # Sends stopped finishing (a slow or paused Bot API): claim nothing ahead.
+    assert relay._claim_ahead(0.5) == 0
