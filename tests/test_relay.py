@@ -234,15 +234,40 @@ def test_row_cancelled_while_waiting_for_a_send_slot_is_not_sent(
 
     async def scenario() -> RunSummary:
         async with make_relay(db_url, fake_telegram, concurrency=1) as relay:
-            runner = asyncio.create_task(relay.run(drain=True))
-            await asyncio.sleep(0.5)  # both claimed; the second waits for the slot
+            # One batch: both rows are claimed, and the second waits for the only slot.
+            runner = asyncio.create_task(relay.run_once())
+            await asyncio.sleep(0.5)
             with engine.begin() as conn:
                 assert cancel(conn, ["second"]) == 1
             return await runner
 
     summary = asyncio.run(scenario())
     assert [d.chat_id for d in fake_telegram.delivered] == [1]
-    assert summary.cancelled == 1
+    assert (summary.claimed, summary.sent, summary.cancelled) == (2, 1, 1)
+
+
+def test_stalled_sends_leave_the_other_rows_to_other_relays(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    from outbox.fake_telegram import Fault
+
+    fake_telegram.script(1, Fault.slow(1.5))
+    with engine.begin() as conn:
+        enqueue(conn, key="slow", payload={"chat_id": 1, "text": "sekin"})
+        for chat in range(2, 7):
+            enqueue(conn, key=f"later{chat}", payload={"chat_id": chat, "text": "keyin"})
+
+    async def scenario() -> tuple[dict[str, int], RunSummary]:
+        async with make_relay(db_url, fake_telegram, concurrency=1) as relay:
+            runner = asyncio.create_task(relay.run(drain=True))
+            await asyncio.sleep(0.8)  # the only slot is busy; nothing sends meanwhile
+            during = states(engine)
+            return during, await runner
+
+    during, summary = asyncio.run(scenario())
+    # No rows are claimed ahead of a stalled slot: they stay claimable by any relay.
+    assert (during["bajarilmoqda"], during["kutmoqda"]) == (1, 5)
+    assert summary.sent == 6
 
 
 def test_drain_waits_for_rows_it_handed_back_for_a_busy_chat(
