@@ -364,7 +364,10 @@ def test_shutdown_finishes_sends_within_the_grace_and_hands_the_rest_back(
             enqueue(conn, key=f"g{chat}", payload=text(chat))
     relay = relays.start(OUTBOX_CHAT_RATE_LIMIT="1", OUTBOX_GRACE="2s")
     wait_until(
-        lambda: all(sends_to(fake_telegram, chat) for chat in (500, 501, *waiting_chats)),
+        lambda: (
+            all(sends_to(fake_telegram, chat) for chat in (500, 501))
+            and all(row(engine, f"g{chat}")["holat"] == "bajarildi" for chat in waiting_chats)
+        ),
         20,
         "the slow sends and one message to each other chat",
         explain=relays.describe,
@@ -373,7 +376,14 @@ def test_shutdown_finishes_sends_within_the_grace_and_hands_the_rest_back(
     with engine.begin() as conn:
         for chat in waiting_chats:
             enqueue(conn, key=f"g{chat}-again", payload=text(chat))
-    wait_until(lambda: states(engine)["bajarilmoqda"] == 8, 20, "claims", explain=relays.describe)
+    wait_until(
+        lambda: all(
+            row(engine, f"g{chat}-again")["holat"] == "bajarilmoqda" for chat in waiting_chats
+        ),
+        20,
+        "claims",
+        explain=relays.describe,
+    )
     assert relay.stop(timeout=10) == 0, relay.describe()
 
     finished = row(engine, "g500")
