@@ -25,6 +25,7 @@ __all__ = [
     "QueueStatus",
     "ReplayResult",
     "SentMarker",
+    "announce_pause",
     "cancel",
     "claim_due",
     "count_by_state",
@@ -47,6 +48,8 @@ AsyncConn = psycopg.AsyncConnection[Any]
 SyncConn = Connection | Session
 
 NOTIFY_CHANNEL = "outbox"  # new rows (statement trigger in the migration)
+# Flood control is per bot: a relay that Telegram asks to wait tells the others (payload: seconds).
+PAUSE_CHANNEL = "outbox_pause"
 # Advisory lock key for maintenance (reaper, retention): one relay at a time does it.
 MAINTENANCE_LOCK_KEY = 0x6F7574626F78  # "outbox"
 
@@ -277,6 +280,14 @@ async def seconds_until_next_due(conn: AsyncConn) -> float | None:
     cursor = await conn.execute(_SECONDS_UNTIL_NEXT_DUE)
     row = await cursor.fetchone()
     return None if row is None or row[0] is None else float(row[0])
+
+
+_ANNOUNCE_PAUSE = "SELECT pg_notify('outbox_pause', %(seconds)s)"
+
+
+async def announce_pause(conn: AsyncConn, seconds: float) -> None:
+    """Tell every listening relay that Telegram asked this bot to wait ``seconds``."""
+    await conn.execute(_ANNOUNCE_PAUSE, {"seconds": f"{seconds:g}"})
 
 
 # --- maintenance ---------------------------------------------------------------------------------

@@ -41,6 +41,8 @@ _RECHECK_AFTER = 0.05
 _AHEAD_WINDOW = _RECHECK_AFTER / 2
 _RATE_WINDOW = 0.1
 _DEFER_SLACK = 0.5
+# A pause announced by another relay longer than this is not believed (a garbled payload).
+_MAX_PEER_PAUSE = 3600.0
 
 # Due rows that stay locked by another transaction are looked at after 10 ms, then 20 ms, ...
 _BUSY_BACKOFF_START = 0.01
@@ -121,6 +123,11 @@ class _Connection:
                 return conn
         raise AssertionError("unreachable")
 
+    @property
+    def backend_pid(self) -> int | None:
+        """The server process of the current connection (NOTIFY names its sender by it)."""
+        return None if self._conn is None or self._conn.closed else self._conn.info.backend_pid
+
     def lost(self, err: BaseException) -> None:
         log.warning("%s connection lost (%s); reconnecting", self._name, err)
         if self._conn is not None:
@@ -179,6 +186,7 @@ class Relay:
         per_bot = config.rate_limits.per_bot
         self._claim_horizon = max(config.max_chat_hold, 2.0 / per_bot if per_bot else 0.0)
         self._deferred_until = 0.0  # loop time when the last row this relay handed back is due
+        self._pause_to_announce = 0.0  # flood control to tell the other relays about (seconds)
         self._release_rate = 0.0  # outcomes written (send slots freed) per second, lately
         self._rate_measured_at = 0.0
         self._rate_measured_count = 0
@@ -407,6 +415,30 @@ class Relay:
                     )
                 if any(o.state == State.PENDING for o in batch):
                     self._wakeup.set()  # a retry may now be the earliest due row
+                if self._pause_to_announce:
+                    await self._announce_pause()
+
+    async def _announce_pause(self) -> None:
+        seconds, self._pause_to_announce = self._pause_to_announce, 0.0
+        try:
+            await queries.announce_pause(await self._recorder.get(), seconds)
+        except (psycopg.Error, OutboxError) as err:
+            # Best effort: the other relays find out from Telegram instead, one 429 each.
+            log.warning("could not tell the other relays about flood control: %s", err)
+            if isinstance(err, _DB_LOST):
+                self._recorder.lost(err)
+
+    def _pause_from_peer(self, notify: psycopg.Notify) -> None:
+        """Another relay was asked to wait: Telegram's limit is the bot's, so wait as well."""
+        if notify.pid == self._recorder.backend_pid:
+            return  # this relay's own announcement
+        try:
+            seconds = float(notify.payload)
+        except ValueError:
+            return
+        if 0 < seconds <= _MAX_PEER_PAUSE:
+            self._limiter.pause(seconds, asyncio.get_running_loop().time())
+            log.warning("flood control: another relay must wait %g s; this one waits too", seconds)
 
     def _past_final_write_deadline(self) -> bool:
         """While stopping, written outcomes (sent markers) are worth a few reconnects."""
@@ -476,9 +508,13 @@ class Relay:
                 conn = await listener.get()
                 try:
                     await conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
+                    await conn.execute(f"LISTEN {queries.PAUSE_CHANNEL}")
                     self._wakeup.set()
-                    async for _ in conn.notifies():
-                        self._wakeup.set()
+                    async for notify in conn.notifies():
+                        if notify.channel == queries.PAUSE_CHANNEL:
+                            self._pause_from_peer(notify)
+                        else:
+                            self._wakeup.set()
                 except _DB_LOST as err:
                     listener.lost(err)
                     await asyncio.sleep(0.1)
@@ -661,8 +697,10 @@ class Relay:
             self.stop()
             return
         if failure.retry_after:
-            # Flood control is per bot: every send of this bot waits, not only this row.
+            # Flood control is per bot: every send of this bot waits, not only this row, and
+            # so do the other relays (told with the next write).
             self._limiter.pause(failure.retry_after, asyncio.get_running_loop().time())
+            self._pause_to_announce = max(self._pause_to_announce, failure.retry_after)
         self._fail(row, failure, new_chat_id)
 
     def _fail(

@@ -330,6 +330,40 @@ def test_flood_control_pauses_every_send_of_the_bot(
     assert [row(engine, f"other-{c}")["urinish"] for c in others] == [1, 1, 1]
 
 
+def test_flood_control_pauses_every_relay_of_the_bot(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    flooded, others = 310, list(range(311, 331))
+    fake_telegram.script(flooded, Fault.retry_after(3), times=1)
+    started = [relays.start(OUTBOX_BACKOFF_BASE=f"{BASE}s") for _ in range(2)]
+    wait_until(
+        lambda: all("listen connection to the database is up" in r.stderr for r in started),
+        20,
+        "both relays listening",
+        explain=relays.describe,
+    )
+    with engine.begin() as conn:
+        enqueue(conn, key="flooded", payload=text(flooded))
+    wait_until(lambda: sends_to(fake_telegram, flooded), 20, "the 429", explain=relays.describe)
+    flooded_at = sends_to(fake_telegram, flooded)[0][0]
+    # The relay that got the 429 tells the other one with its next write.
+    wait_until(lambda: row(engine, "flooded")["holat"] == "kutmoqda", 20, "the 429 written down")
+    time.sleep(0.2)
+    with engine.begin() as conn:
+        for chat in others:
+            enqueue(conn, key=f"other-{chat}", payload=text(chat))
+    wait_until(lambda: all_terminal(engine, 1 + len(others)), 20, "every row to end")
+    for relay in started:
+        assert relay.stop() == 0, relays.describe()
+
+    for chat in [flooded, *others]:
+        last_at, status = sends_to(fake_telegram, chat)[-1]
+        assert status == 200
+        assert last_at >= flooded_at + 3.0, f"chat {chat} was sent to during the pause"
+    told = [r for r in started if "another relay must wait 3 s; this one waits too" in r.stderr]
+    assert len(told) == 1, relays.describe()
+
+
 def test_rejected_token_stops_the_relay_and_releases_its_claims(
     engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
 ) -> None:

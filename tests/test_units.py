@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import sys
 from datetime import timedelta
@@ -211,3 +212,21 @@ def test_claim_ahead_follows_the_rate_sends_finish_at() -> None:
     assert relay._claim_ahead(0.2) == 64
     # Sends stopped finishing (a slow or paused Bot API): claim nothing ahead.
     assert relay._claim_ahead(0.5) == 0
+
+
+def test_a_pause_announced_by_another_relay_is_taken_only_when_it_makes_sense() -> None:
+    import psycopg
+
+    from outbox.config import RelayConfig
+    from outbox.queries import PAUSE_CHANNEL
+    from outbox.relay import Relay
+    from outbox.telegram import NullSender
+
+    async def paused_for(payload: str) -> float:
+        relay = Relay(RelayConfig(database_url="postgresql:///unused"), NullSender())
+        relay._pause_from_peer(psycopg.Notify(PAUSE_CHANNEL, payload, 4242))
+        return relay._limiter.paused_for(asyncio.get_running_loop().time())
+
+    assert 2.9 < asyncio.run(paused_for("3")) <= 3.0
+    for garbled in ("", "soon", "-5", "0", "nan", "1e9"):
+        assert asyncio.run(paused_for(garbled)) == 0.0, garbled
