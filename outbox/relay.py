@@ -507,8 +507,8 @@ class Relay:
             while True:
                 conn = await listener.get()
                 try:
-                    await conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
                     await conn.execute(f"LISTEN {queries.PAUSE_CHANNEL}")
+                    await conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
                     self._wakeup.set()
                     async for notify in conn.notifies():
                         if notify.channel == queries.PAUSE_CHANNEL:
