@@ -247,6 +247,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "lag_seconds": status.lag_seconds,
                 "stuck": status.stuck,
                 "markers": status.markers,
+                "estimated": list(status.estimated),
                 "failed": status.counts["xato"],
                 "healthy": not problems,
                 "problems": problems,

@@ -187,7 +187,14 @@ def replay_refusal(result: ReplayResult) -> str:
 
 
 def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[str]:
-    rows = [(state, str(n), "") for state, n in status.counts.items()]
+    def figure(name: str, n: int) -> str:
+        return f"~{n}" if name in status.estimated else str(n)
+
+    about = "about: from table statistics"
+    rows = [
+        (state, figure(state, n), about if state in status.estimated else "")
+        for state, n in status.counts.items()
+    ]
     rows += [
         (
             "lag",
@@ -195,7 +202,11 @@ def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[s
             f"oldest due pending row (max {span(max_lag)})",
         ),
         ("stuck", str(status.stuck), f"claims older than the {span(lease)} lease"),
-        ("markers", str(status.markers), "sent markers (yuborilgan)"),
+        (
+            "markers",
+            figure("markers", status.markers),
+            "sent markers (yuborilgan)" + (f"; {about}" if "markers" in status.estimated else ""),
+        ),
     ]
     width = max(len(value) for _, value, _ in rows)
     return [f"{name:<13} {value:>{width}}  {note}".rstrip() for name, value, note in rows]

@@ -383,6 +383,43 @@ def test_status_counts_and_is_healthy(
     assert status["holat"]["xato"] == status["failed"] == 1 and status["markers"] == 1
 
 
+def test_status_reads_large_tables_from_their_statistics(
+    engine: sa.Engine,
+    outbox_db: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add(engine, "p")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO outbox (kalit, payload, holat) "
+            "SELECT 'd' || g, '{}'::jsonb, 'bajarildi' FROM generate_series(1, 1000) g"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO yuborilgan (kalit, chat_id, message_id) "
+            "SELECT 'd' || g, 1, g FROM generate_series(1, 1000) g"
+        )
+        conn.exec_driver_sql("ANALYZE outbox")
+        conn.exec_driver_sql("ANALYZE yuborilgan")
+    monkeypatch.setattr(queries, "EXACT_COUNT_BELOW", 500)
+
+    code, out, _ = run(capsys, "status")
+    lines = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.splitlines()}
+    assert code == 0
+    assert lines["kutmoqda"] == ["1"]  # the live states are always counted
+    assert lines["bajarildi"] == ["~1000", "about: from table statistics"]
+    assert lines["markers"][0] == "~1000"
+
+    code, out, _ = run(capsys, "status", "--json")
+    status = json.loads(out)
+    assert (status["holat"]["bajarildi"], status["markers"]) == (1000, 1000)
+    assert status["estimated"] == ["bajarildi", "markers"]
+
+    monkeypatch.setattr(queries, "EXACT_COUNT_BELOW", 5000)
+    code, out, _ = run(capsys, "status", "--json")
+    assert json.loads(out)["estimated"] == []
+
+
 def test_status_exit_8_on_lag_stuck_claims_and_too_many_failures(
     engine: sa.Engine, outbox_db: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
