@@ -8,13 +8,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox import admin
 from outbox.config import (
@@ -37,6 +38,9 @@ from outbox.errors import InvalidInput, OutboxError
 from outbox.ratelimit import RateLimits
 from outbox.redact import configure_logging, redact
 from outbox.retry import RetryPolicy
+
+if TYPE_CHECKING:
+    from outbox.relay import Relay
 
 __all__ = ["main"]
 
@@ -101,6 +105,13 @@ def _whole_number(minimum: int) -> Callable[[str], int]:
 
 _positive_int = _whole_number(1)
 _non_negative_int = _whole_number(0)
+
+
+def _port(raw: str) -> int:
+    value = _non_negative_int(raw)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a port (0-65535)")
+    return value
 
 
 def _non_negative_float(raw: str) -> float:
@@ -263,6 +274,20 @@ def _relay_flags(parser: _Parser) -> None:
         convert=_seconds,
         help="delete sent markers older than this",
     )
+    parser.add(
+        "--metrics-port",
+        env="OUTBOX_METRICS_PORT",
+        default=0,
+        convert=_port,
+        help="serve Prometheus metrics on this port (0: no metrics)",
+    )
+    parser.add(
+        "--metrics-host",
+        env="OUTBOX_METRICS_HOST",
+        default="127.0.0.1",
+        convert=str,
+        help="address the metrics endpoint listens on (0.0.0.0: every interface)",
+    )
 
 
 def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
@@ -306,8 +331,12 @@ def _cmd_relay(args: argparse.Namespace) -> int:
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, relay.stop)
-        async with relay:
-            summary = await relay.run_once() if args.once else await relay.run(drain=args.drain)
+        with _metrics(relay, args):
+            async with relay:
+                if args.once:
+                    summary = await relay.run_once()
+                else:
+                    summary = await relay.run(drain=args.drain)
         print(
             f"relay stopped: {summary.sent} sent, {summary.already_sent} already sent, "
             f"{summary.retried} to retry, {summary.failed} failed, "
@@ -316,6 +345,20 @@ def _cmd_relay(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+@contextlib.contextmanager
+def _metrics(relay: Relay, args: argparse.Namespace) -> Iterator[None]:
+    if not args.metrics_port:
+        yield
+        return
+    from outbox.metrics import MetricsServer  # noqa: PLC0415
+
+    server = MetricsServer(relay, host=args.metrics_host, port=args.metrics_port)
+    try:
+        yield
+    finally:
+        server.close()
 
 
 def _cmd_migrate(args: argparse.Namespace) -> int:

@@ -28,7 +28,7 @@ from outbox.retry import decide
 from outbox.states import State
 from outbox.telegram import Sender, SentMessage, send_message_args
 
-__all__ = ["Relay", "RunSummary"]
+__all__ = ["Relay", "RelaySnapshot", "RunSummary"]
 
 log = logging.getLogger("outbox.relay")
 
@@ -78,6 +78,16 @@ class RunSummary:
     def add(self, other: RunSummary) -> None:
         for f in fields(self):
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+
+
+@dataclass(frozen=True)
+class RelaySnapshot:
+    """A running relay's figures at one moment (for metrics)."""
+
+    summary: RunSummary  # a copy of the totals so far
+    in_flight: int  # claimed rows held: sending, waiting for a slot or for their write
+    unwritten: int  # outcomes decided and not yet written
+    paused_seconds: float  # flood control still to wait
 
 
 def retry_if_not_stopping(stopping: asyncio.Event) -> Any:
@@ -192,6 +202,7 @@ class Relay:
         self._rate_measured_count = 0
         self._fatal: BaseException | None = None
         self._total = RunSummary()
+        self._in_flight: set[asyncio.Task[None]] = set()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -213,6 +224,18 @@ class Relay:
         await self._sender.close()
         await self._claimer.close()
         await self._recorder.close()
+
+    def snapshot(self) -> RelaySnapshot:
+        """The relay's figures now; safe to call from another thread (metrics)."""
+        summary = RunSummary()
+        summary.add(self._total)
+        return RelaySnapshot(
+            summary=summary,
+            in_flight=len(self._in_flight),
+            unwritten=self._recorded_count - self._written_count,
+            # asyncio's event loop keeps time with time.monotonic.
+            paused_seconds=self._limiter.paused_for(time.monotonic()),
+        )
 
     def stop(self) -> None:
         """Ask the relay to stop: no new claims; in-flight sends get the grace period."""
@@ -247,7 +270,7 @@ class Relay:
         helpers.append(asyncio.create_task(self._maintain_forever(), name="outbox-maintenance"))
         for task in helpers:
             task.add_done_callback(_log_if_died)
-        in_flight: set[asyncio.Task[None]] = set()
+        in_flight = self._in_flight
         try:
             await self._claim_loop(in_flight, drain=drain)
         finally:
