@@ -9,6 +9,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import faulthandler
+import io
 import logging
 import os
 import signal
@@ -328,15 +330,16 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         relay = Relay(config, sender)
-        loop = asyncio.get_running_loop()
-        for sig in (signal.SIGTERM, signal.SIGINT):
-            loop.add_signal_handler(sig, relay.stop)
-        with _metrics(relay, args):
-            async with relay:
-                if args.once:
-                    summary = await relay.run_once()
-                else:
-                    summary = await relay.run(drain=args.drain)
+        _stop_on_signals(relay, grace=config.grace_seconds)
+        try:
+            with _metrics(relay, args):
+                async with relay:
+                    if args.once:
+                        summary = await relay.run_once()
+                    else:
+                        summary = await relay.run(drain=args.drain)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
         print(
             f"relay stopped: {summary.sent} sent, {summary.already_sent} already sent, "
             f"{summary.retried} to retry, {summary.failed} failed, "
@@ -345,6 +348,36 @@ def _cmd_relay(args: argparse.Namespace) -> int:
         return 0
 
     return asyncio.run(run())
+
+
+# A relay still running this long after its grace period is stuck: it says where.
+_STUCK_AFTER_GRACE = 5.0
+
+
+def _stop_on_signals(relay: Relay, *, grace: float) -> None:
+    """SIGTERM and SIGINT stop the relay; one that then does not stop logs where it is stuck."""
+    loop = asyncio.get_running_loop()
+    armed = False
+
+    def stop() -> None:
+        nonlocal armed
+        relay.stop()
+        if not armed:
+            armed = True
+            stuck_after = grace + _STUCK_AFTER_GRACE
+            # Thread stacks from C, even if the event loop is blocked; task stacks if it is not.
+            faulthandler.dump_traceback_later(stuck_after, exit=False)
+            loop.call_later(stuck_after, _log_task_stacks)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+
+def _log_task_stacks() -> None:
+    for task in asyncio.all_tasks():
+        stack = io.StringIO()
+        task.print_stack(file=stack)
+        logging.getLogger("outbox.relay").error("still running after stop: %s", stack.getvalue())
 
 
 @contextlib.contextmanager

@@ -295,6 +295,10 @@ class Relay:
 
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
+            # Cleared before this round's awaits, not after them: a NOTIFY, a finished send or a
+            # stop() that comes while the round claims or asks the database must still wake
+            # the wait below, or the relay would sleep through it until the timeout.
+            self._wakeup.clear()
             ahead = self._claim_ahead(loop.time())
             free = self.config.concurrency + ahead - len(in_flight)
             # Claim once half the rows claimed ahead have started, so that claims (each a
@@ -334,7 +338,6 @@ class Relay:
                 if next_due is not None:
                     # A hair late rather than early, so that the claim finds the row due.
                     timeout = min(timeout, max(next_due, 0.0) + 0.002)
-            self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
 

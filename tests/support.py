@@ -85,9 +85,15 @@ class RelayProcess:
         self.proc.wait(10)
 
     def stop(self, timeout: float = 20.0) -> int:
-        """SIGTERM, then wait for the exit code."""
+        """SIGTERM, then wait for the exit code; a relay that does not stop fails the test."""
         self.signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.kill()
+            raise AssertionError(
+                f"{self.name} did not stop within {timeout:g} s of SIGTERM\n{self.describe()}"
+            ) from None
 
     def wait(self, timeout: float = 20.0) -> int:
         return self.proc.wait(timeout)
