@@ -282,3 +282,27 @@ def test_drain_waits_for_rows_it_handed_back_for_a_busy_chat(
     assert states(engine)["bajarildi"] == 4
     times = [d.at for d in fake_telegram.delivered]
     assert all(b - a >= 1.0 for a, b in itertools.pairwise(times))
+
+
+def test_a_stop_that_comes_during_a_claim_is_not_slept_through(
+    db_url: str, fake_telegram: FakeTelegram
+) -> None:
+    import psycopg
+
+    async def scenario() -> float:
+        async with make_relay(db_url, fake_telegram) as relay:  # polls every 30 s by default
+            runner = asyncio.create_task(relay.run())
+            await asyncio.sleep(0.5)  # idle, waiting for a NOTIFY or the poll
+            async with await psycopg.AsyncConnection.connect(db_url) as locker:
+                # The relay's next claim waits for this lock: stop() arrives meanwhile.
+                await locker.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
+                async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as c:
+                    await c.execute("SELECT pg_notify('outbox', '')")
+                await asyncio.sleep(0.5)
+                relay.stop()
+                stopped_at = time.monotonic()
+                await asyncio.sleep(0.3)
+            await runner  # the lock is gone: the claim finishes, and the stop is seen
+            return time.monotonic() - stopped_at
+
+    assert asyncio.run(scenario()) < 5.0
