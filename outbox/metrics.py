@@ -85,7 +85,6 @@ class MetricsServer:
                 f"cannot serve metrics on {host}:{port}: {err.strerror or err}"
             ) from None
         self._server, self._thread = served
-        self.port = self._server.server_port
 
     def close(self) -> None:
         self._server.shutdown()

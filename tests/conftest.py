@@ -14,6 +14,7 @@ import tempfile
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import psycopg
 import pytest
@@ -23,6 +24,9 @@ from outbox import migrate
 from outbox.db import create_engine, normalize_url, with_database
 from outbox.embedded import embedded_url
 from outbox.fake_telegram import FakeTelegram
+
+if TYPE_CHECKING:
+    from tests.support import Relays
 
 TEST_TOKEN = "123456:TEST-token_for-fake"
 TEMPLATE = f"outbox_template_{os.getpid()}"
@@ -95,3 +99,12 @@ def fake_telegram() -> Iterator[FakeTelegram]:
     fake = FakeTelegram(token=TEST_TOKEN).start_in_thread()
     yield fake
     fake.stop_thread()
+
+
+@pytest.fixture
+def relays(db_url: str, fake_telegram: FakeTelegram, tmp_path: Path) -> Iterator[Relays]:
+    """Relay processes against ``db_url`` and the fake; none outlives the test."""
+    from tests.support import Relays, relay_env
+
+    with Relays(relay_env(db_url, fake_telegram.api_url), tmp_path).running() as group:
+        yield group

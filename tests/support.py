@@ -209,7 +209,7 @@ class OwnPostgres:
         self.bin = postgres_bin_dir()
         self.pgdata = base / "pgdata"
         self.logfile = base / "postgres.log"
-        self.port = _free_port()
+        self.port = free_port()
         self.user: str | None = None
         self.pgdata.mkdir(parents=True)
         if os.geteuid() == 0:
@@ -269,7 +269,7 @@ class OwnPostgres:
             raise
 
 
-def _free_port() -> int:
+def free_port() -> int:
     """A free port below the ephemeral range, so that no client socket takes it meanwhile
     (the server must get the same port back when it restarts)."""
     rng = random.Random()

@@ -8,7 +8,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
@@ -31,13 +31,6 @@ from tests.support import (
 )
 
 CONCURRENCY = 32
-
-
-@pytest.fixture
-def relays(db_url: str, fake_telegram: FakeTelegram, tmp_path: Path) -> Iterator[Relays]:
-    env = relay_env(db_url, fake_telegram.api_url)
-    with Relays(env, tmp_path).running() as group:
-        yield group
 
 
 def held_since(engine: sa.Engine, since: datetime | None) -> tuple[int, datetime]:

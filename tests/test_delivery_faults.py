@@ -9,9 +9,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -25,19 +23,12 @@ from outbox.relay import Relay
 from outbox.retry import RetryPolicy
 from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
-from tests.support import Relays, relay_env, row, states, wait_until
+from tests.support import Relays, row, states, wait_until
 
 BASE = 0.25  # backoff base for the matrix: attempts wait 0.25 s, then 0.5 s
 # Scheduling slack: the fake records a request when it arrives and the database's clock decides
 # when a row is due; both are this host's clocks, read a few microseconds apart.
 EPS = 0.01
-
-
-@pytest.fixture
-def relays(db_url: str, fake_telegram: FakeTelegram, tmp_path: Path) -> Iterator[Relays]:
-    env = relay_env(db_url, fake_telegram.api_url)
-    with Relays(env, tmp_path).running() as group:
-        yield group
 
 
 def sends_to(fake: FakeTelegram, chat: int) -> list[tuple[float, int]]:

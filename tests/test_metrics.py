@@ -3,8 +3,6 @@
 from __future__ import annotations
 
 import socket
-from collections.abc import Iterator
-from pathlib import Path
 
 import httpx
 import pytest
@@ -12,20 +10,7 @@ import sqlalchemy as sa
 
 from outbox import enqueue
 from outbox.fake_telegram import FakeTelegram, Fault
-from tests.support import Relays, relay_env, states, wait_until
-
-
-@pytest.fixture
-def relays(db_url: str, fake_telegram: FakeTelegram, tmp_path: Path) -> Iterator[Relays]:
-    with Relays(relay_env(db_url, fake_telegram.api_url), tmp_path).running() as group:
-        yield group
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+from tests.support import Relays, free_port, states, wait_until
 
 
 def scrape(port: int) -> dict[str, float]:
