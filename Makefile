@@ -13,14 +13,14 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 demo: $(STAMP)
-	$(BIN)/outbox demo
+	$(BIN)/reminders demo
 
 test: $(STAMP) lint typecheck
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check outbox reminders migrations tests bench
-	$(BIN)/ruff format --check outbox reminders migrations tests bench
+	$(BIN)/ruff check outbox reminders migrations tests bench examples
+	$(BIN)/ruff format --check outbox reminders migrations tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -70,7 +70,7 @@ async def _claim_times(urls: list[str], rounds: int) -> list[list[float]]:
         for _ in range(rounds):
             for conn, spent in zip(conns, times, strict=True):
                 began = time.perf_counter()
-                rows = await queries.claim_due(conn, CLAIM)
+                rows = await queries.claim_due(conn, CLAIM, schema="public")
                 spent.append(time.perf_counter() - began)
                 outcomes = [
                     queries.Outcome(
@@ -83,7 +83,7 @@ async def _claim_times(urls: list[str], rounds: int) -> list[list[float]]:
                     )
                     for r in rows
                 ]
-                await queries.record_outcomes(conn, outcomes)
+                await queries.record_outcomes(conn, outcomes, schema="public")
     finally:
         for conn in conns:
             await conn.close()
@@ -205,6 +205,7 @@ async def _last_retention_round(url: str) -> None:
     try:
         await queries.prune(
             conn,
+            schema="public",
             done_older_than_seconds=RETENTION,
             markers_older_than_seconds=RETENTION,
             batch_size=RelayConfig(database_url=url).prune_batch_size,

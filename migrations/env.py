@@ -1,18 +1,7 @@
-"""Alembic environment: runs online against the URL that ``outbox.migrate`` passes in."""
+"""Alembic environment of the outbox: its own version table, in the outbox's schema."""
 
 from __future__ import annotations
 
-from alembic import context
+from outbox.migrate import VERSION_TABLE, run_migrations
 
-from outbox.db import create_engine
-
-url = context.config.get_main_option("sqlalchemy.url")
-if url is None:
-    raise RuntimeError("outbox.migrate sets sqlalchemy.url before running Alembic")
-
-engine = create_engine(url)
-with engine.connect() as connection:
-    context.configure(connection=connection, transaction_per_migration=True)
-    with context.begin_transaction():
-        context.run_migrations()
-engine.dispose()
+run_migrations(version_table=VERSION_TABLE, own_schema=True)

@@ -2,8 +2,39 @@
 
 from __future__ import annotations
 
-from outbox.api import Enqueued, cancel, enqueue, update_pending
-from outbox.errors import OutboxError
+from outbox.api import (
+    Enqueued,
+    cancel,
+    cancel_async,
+    enqueue,
+    enqueue_async,
+    failed_messages,
+    get_message,
+    list_messages,
+    queue_status,
+    replay,
+    update_pending,
+    update_pending_async,
+)
+from outbox.errors import InvalidPayload, OutboxError
+from outbox.schema import configure
 from outbox.states import State
 
-__all__ = ["Enqueued", "OutboxError", "State", "cancel", "enqueue", "update_pending"]
+__all__ = [
+    "Enqueued",
+    "InvalidPayload",
+    "OutboxError",
+    "State",
+    "cancel",
+    "cancel_async",
+    "configure",
+    "enqueue",
+    "enqueue_async",
+    "failed_messages",
+    "get_message",
+    "list_messages",
+    "queue_status",
+    "replay",
+    "update_pending",
+    "update_pending_async",
+]

@@ -19,13 +19,21 @@ from typing import Any, TypeVar
 from sqlalchemy.engine import Engine
 
 from outbox import admin_output as out
-from outbox import queries
+from outbox import api, queries
 from outbox.config import DEFAULT_LEASE, DEFAULT_MARKER_RETENTION, DEFAULT_RETENTION
-from outbox.db import async_connect, connect_errors, create_engine, resolve_url
+from outbox.db import (
+    async_connect,
+    check_schema,
+    check_schema_sync,
+    connect_errors,
+    create_engine,
+    resolve_url,
+)
 from outbox.durations import parse_duration
 from outbox.errors import InvalidInput, NotFound, Refused, Unhealthy
 from outbox.queries import AsyncConn
 from outbox.retry import RetryPolicy
+from outbox.schema import current_schema
 from outbox.states import State
 
 __all__ = ["add_commands"]
@@ -125,6 +133,8 @@ def _database(args: argparse.Namespace) -> Iterator[Engine]:
     engine = create_engine(url, connect_args=options)
     try:
         with connect_errors(url):
+            with engine.connect() as conn:
+                check_schema_sync(conn, schema=current_schema())
             yield engine
     finally:
         engine.dispose()
@@ -144,7 +154,7 @@ def _complain(line: str) -> None:
 def cmd_list(args: argparse.Namespace) -> int:
     with _database(args) as engine, engine.begin() as conn:
         # One row more than shown tells whether there are more.
-        found = queries.list_messages(conn, state=args.holat, kind=args.tur, limit=args.limit + 1)
+        found = api.list_messages(conn, state=args.holat, kind=args.tur, limit=args.limit + 1)
     messages = found[: args.limit]
     if args.json:
         _print_json([out.message_json(m) for m in messages])
@@ -159,7 +169,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 def cmd_show(args: argparse.Namespace) -> int:
     with _database(args) as engine, engine.begin() as conn:
-        message = queries.get_message(conn, args.id)
+        message = api.get_message(conn, args.id)
     if message is None:
         raise NotFound(f"no outbox message with id {args.id}")
     if args.json:
@@ -178,7 +188,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
     if not bulk and (args.tur is not None or args.since is not None):
         raise InvalidInput("--tur and --since only filter --all-failed")
     with _database(args) as engine, engine.begin() as conn:
-        results = queries.replay(
+        results = api.replay(
             conn,
             None if bulk else args.ids,
             force=args.force,
@@ -222,7 +232,7 @@ def _bulk_filter(args: argparse.Namespace) -> str:
 
 def cmd_status(args: argparse.Namespace) -> int:
     with _database(args) as engine, engine.begin() as conn:
-        status = queries.queue_status(conn, lease_seconds=args.lease)
+        status = api.queue_status(conn, lease_seconds=args.lease)
     problems = []
     if status.lag_seconds > args.max_lag:
         problems.append(
@@ -265,6 +275,7 @@ def _maintenance(args: argparse.Namespace, work: Callable[[AsyncConn], Awaitable
     url = resolve_url(args.database_url)
 
     async def run() -> T:
+        await check_schema(url, schema=current_schema())
         conn = await async_connect(url, prepare=False)
         try:
             with connect_errors(url):
@@ -279,7 +290,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
     reaped = _maintenance(
         args,
         lambda conn: queries.reap_stale(
-            conn, lease_seconds=args.lease, max_attempts=args.max_attempts
+            conn, schema=current_schema(), lease_seconds=args.lease, max_attempts=args.max_attempts
         ),
     )
     if args.json:
@@ -300,6 +311,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         args,
         lambda conn: queries.prune(
             conn,
+            schema=current_schema(),
             done_older_than_seconds=args.older_than,
             markers_older_than_seconds=args.markers_older_than,
             batch_size=args.batch_size,
@@ -307,7 +319,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     )
     done, markers = removed["bajarildi"], removed["yuborilgan"]
     with _database(args) as engine, engine.begin() as conn:
-        failed = queries.count_failed(conn)
+        failed = queries.count_failed(conn, schema=current_schema())
     if args.json:
         _print_json({"bajarildi": done, "yuborilgan": markers, "xato_kept": failed})
         return 0

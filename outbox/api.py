@@ -1,18 +1,44 @@
-"""What the app calls: enqueue and cancel messages inside its own transaction."""
+"""What the app calls: enqueue, cancel and change messages inside its own transaction, and the
+operator's actions (status, the failed list, replay) from Python.
+
+Every function takes the app's SQLAlchemy session or connection, never commits, and works in
+the configured schema (``outbox.configure(schema=...)``, ``OUTBOX_SCHEMA``, or ``schema=``).
+The ``*_async`` twins take an ``AsyncSession`` or ``AsyncConnection`` (psycopg or asyncpg).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from outbox import queries
-from outbox.errors import InvalidInput
+from outbox.errors import InvalidInput, InvalidPayload
+from outbox.payload import MalformedPayload, send_message_args
+from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
+from outbox.schema import resolve_schema
 
-__all__ = ["Enqueued", "cancel", "enqueue", "update_pending"]
+if TYPE_CHECKING:
+    from outbox.queries import AsyncAppConn
+
+__all__ = [
+    "Enqueued",
+    "cancel",
+    "cancel_async",
+    "enqueue",
+    "enqueue_async",
+    "failed_messages",
+    "get_message",
+    "list_messages",
+    "queue_status",
+    "replay",
+    "update_pending",
+    "update_pending_async",
+]
 
 REMINDER = "eslatma"
+DEFAULT_LEASE_SECONDS = 300.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -21,33 +47,67 @@ class Enqueued:
     created: bool  # False: a message with this key already existed and was returned as is
 
 
+def _checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
+    """The relay's own payload check, run now so that a mistake fails the app's request."""
+    try:
+        send_message_args(payload)
+    except MalformedPayload as err:
+        raise InvalidPayload(f"outbox payload refused: {err}") from None
+    return dict(payload)
+
+
+def _enqueue_steps(
+    *, key: str, payload: Mapping[str, Any], kind: str, run_at: datetime | None, schema: str | None
+) -> queries.Steps:
+    if not key:
+        raise InvalidInput("an outbox message needs a non-empty key")
+    if run_at is not None and run_at.tzinfo is None:
+        raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
+    return queries.enqueue(
+        schema=resolve_schema(schema),
+        kind=kind,
+        key=key,
+        payload=_checked_payload(payload),
+        run_at=run_at,
+    )
+
+
 def enqueue(
-    conn: queries.SyncConn,
+    conn: SyncConn,
     *,
     key: str,
     payload: Mapping[str, Any],
     kind: str = REMINDER,
     run_at: datetime | None = None,
+    schema: str | None = None,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
     ``conn`` is the app's SQLAlchemy ``Session`` or ``Connection``: the message exists exactly
     when the caller's transaction commits. ``key`` identifies the logical message: enqueueing
     the same key again returns the existing row. ``payload`` holds sendMessage's parameters
-    (``chat_id`` and ``text`` at least). ``run_at`` (timezone-aware) delays the message; the
-    default is now.
+    (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
+    field). ``run_at`` (timezone-aware) delays the message; the default is now.
     """
-    if not key:
-        raise InvalidInput("an outbox message needs a non-empty key")
-    if run_at is not None and run_at.tzinfo is None:
-        raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
-    row_id, created = queries.enqueue(
-        conn, kind=kind, key=key, payload=dict(payload), run_at=run_at
-    )
-    return Enqueued(row_id, created)
+    steps = _enqueue_steps(key=key, payload=payload, kind=kind, run_at=run_at, schema=schema)
+    return Enqueued(*queries.run_sync(conn, steps))
 
 
-def cancel(conn: queries.SyncConn, keys: Sequence[str]) -> int:
+async def enqueue_async(
+    conn: AsyncAppConn,
+    *,
+    key: str,
+    payload: Mapping[str, Any],
+    kind: str = REMINDER,
+    run_at: datetime | None = None,
+    schema: str | None = None,
+) -> Enqueued:
+    """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
+    steps = _enqueue_steps(key=key, payload=payload, kind=kind, run_at=run_at, schema=schema)
+    return Enqueued(*await queries.run_async(conn, steps))
+
+
+def cancel(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None) -> int:
     """Withdraw unsent messages by key in the caller's transaction; return how many.
 
     Pending and failed messages are deleted. So is a message a relay has claimed: a relay whose
@@ -56,13 +116,100 @@ def cancel(conn: queries.SyncConn, keys: Sequence[str]) -> int:
     key again right after cancelling it: another relay could send it while the first one is
     still sending. Use a new key, or ``update_pending`` to change a message's text.
     """
-    return queries.cancel(conn, keys)
+    steps = queries.cancel(schema=resolve_schema(schema), keys=list(keys))
+    return int(queries.run_sync(conn, steps))
 
 
-def update_pending(conn: queries.SyncConn, key: str, payload: Mapping[str, Any]) -> bool:
+async def cancel_async(
+    conn: AsyncAppConn, keys: Sequence[str], *, schema: str | None = None
+) -> int:
+    """``cancel`` for an ``AsyncSession`` or ``AsyncConnection``."""
+    steps = queries.cancel(schema=resolve_schema(schema), keys=list(keys))
+    return int(await queries.run_async(conn, steps))
+
+
+def update_pending(
+    conn: SyncConn, key: str, payload: Mapping[str, Any], *, schema: str | None = None
+) -> bool:
     """Replace the payload of an unsent message (waiting, claimed or failed); False if none.
 
     A message being sent at this moment goes out with the text it had; a retry or replay of it
     sends the new one. A sent message is not sent again.
     """
-    return queries.update_pending(conn, key, dict(payload))
+    steps = queries.update_pending(
+        schema=resolve_schema(schema), key=key, payload=_checked_payload(payload)
+    )
+    return bool(queries.run_sync(conn, steps))
+
+
+async def update_pending_async(
+    conn: AsyncAppConn, key: str, payload: Mapping[str, Any], *, schema: str | None = None
+) -> bool:
+    """``update_pending`` for an ``AsyncSession`` or ``AsyncConnection``."""
+    steps = queries.update_pending(
+        schema=resolve_schema(schema), key=key, payload=_checked_payload(payload)
+    )
+    return bool(await queries.run_async(conn, steps))
+
+
+# --- the operator's actions (``outbox status``, ``list``, ``show`` and ``replay`` call these) --
+
+
+def queue_status(
+    conn: SyncConn, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, schema: str | None = None
+) -> QueueStatus:
+    """Rows per state, the age of the oldest due row, and claims older than the lease."""
+    return queries.queue_status(conn, schema=resolve_schema(schema), lease_seconds=lease_seconds)
+
+
+def failed_messages(
+    conn: SyncConn, *, kind: str | None = None, limit: int = 50, schema: str | None = None
+) -> list[Message]:
+    """Failed (xato) messages, newest first, each with its history and sent marker."""
+    return queries.list_messages(
+        conn, schema=resolve_schema(schema), state="xato", kind=kind, limit=limit
+    )
+
+
+def list_messages(
+    conn: SyncConn,
+    *,
+    state: str | None = None,
+    kind: str | None = None,
+    limit: int = 50,
+    schema: str | None = None,
+) -> list[Message]:
+    """Messages newest first, optionally of one state (holat) and/or kind (tur)."""
+    return queries.list_messages(
+        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit
+    )
+
+
+def get_message(conn: SyncConn, message_id: int, *, schema: str | None = None) -> Message | None:
+    """One message in full, or None."""
+    return queries.get_message(conn, message_id, schema=resolve_schema(schema))
+
+
+def replay(
+    conn: SyncConn,
+    ids: Sequence[int] | None = None,
+    *,
+    force: bool = False,
+    kind: str | None = None,
+    failed_within_seconds: float | None = None,
+    schema: str | None = None,
+) -> list[ReplayResult]:
+    """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
+
+    ``ids``, or with ``ids=None`` every failed message matching ``kind`` and
+    ``failed_within_seconds``. A message whose key already has a sent marker is refused
+    (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless ``force``.
+    """
+    return queries.replay(
+        conn,
+        ids,
+        schema=resolve_schema(schema),
+        force=force,
+        kind=kind,
+        failed_within_seconds=failed_within_seconds,
+    )

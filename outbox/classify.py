@@ -15,6 +15,7 @@ from dataclasses import dataclass
 import httpx
 from telegram import error as tg
 
+from outbox.payload import MalformedPayload
 from outbox.redact import redact
 
 __all__ = ["Failure", "FailureKind", "MalformedPayload", "classify"]
@@ -25,10 +26,6 @@ class FailureKind(enum.Enum):
     PERMANENT = "permanent"  # no retry can help: xato at once
     MIGRATED = "migrated"  # the group became a supergroup: resend to the new id at once
     UNAUTHORIZED = "unauthorized"  # the token is bad: stop the relay, release the row
-
-
-class MalformedPayload(ValueError):
-    """The outbox row's payload cannot become a sendMessage request."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,12 +34,13 @@ from outbox.config import (
     read_token,
     telegram_api_url,
 )
-from outbox.db import resolve_url
+from outbox.db import redact_url, resolve_url
 from outbox.durations import parse_duration
-from outbox.errors import InvalidInput, OutboxError
+from outbox.errors import ConfigError, InvalidInput, OutboxError
 from outbox.ratelimit import RateLimits
 from outbox.redact import configure_logging, redact
 from outbox.retry import RetryPolicy
+from outbox.schema import DEFAULT_SCHEMA, configure, current_schema, validate_schema
 
 if TYPE_CHECKING:
     from outbox.relay import Relay
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
 __all__ = ["main"]
 
 Handler = Callable[[argparse.Namespace], int]
+log = logging.getLogger("outbox")
 _LIMITS = RateLimits()
 _RETRY = RetryPolicy()
 
@@ -149,8 +151,22 @@ def _add_database(parser: _Parser) -> None:
         "--database-url",
         env="OUTBOX_DATABASE_URL",
         default=None,
-        help="PostgreSQL URL; unset: the embedded server in ./.outbox",
+        help="PostgreSQL URL (required), or 'embedded' for the development server in ./.outbox",
     )
+    parser.add(
+        "--schema",
+        env="OUTBOX_SCHEMA",
+        default=DEFAULT_SCHEMA,
+        convert=validate_schema,
+        help="the PostgreSQL schema of the outbox tables",
+    )
+
+
+def _database_url(args: argparse.Namespace) -> str:
+    """The command's database, named in the log (password redacted) before anything runs."""
+    url = resolve_url(args.database_url)
+    log.info("database %s, schema %s", redact_url(url), current_schema())
+    return url
 
 
 def _add_json(parser: _Parser) -> None:
@@ -323,7 +339,7 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 
     token = read_token()
     api_url = telegram_api_url()
-    config = _relay_config(args, resolve_url(args.database_url))
+    config = _relay_config(args, _database_url(args))
     sender = TelegramSender(
         token, api_url=api_url, pool_size=config.concurrency, read_timeout=args.telegram_timeout
     )
@@ -397,24 +413,23 @@ def _metrics(relay: Relay, args: argparse.Namespace) -> Iterator[None]:
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from outbox.migrate import upgrade  # noqa: PLC0415
 
-    upgrade(resolve_url(args.database_url))
-    print("database is up to date")
+    upgrade(_database_url(args))
+    print(f"the outbox tables in schema {current_schema()} are up to date")
     return 0
 
 
 def _cmd_fake_telegram(args: argparse.Namespace) -> int:
-    from outbox.fake_telegram import serve_forever  # noqa: PLC0415
+    try:
+        from outbox.fake_telegram import serve_forever  # noqa: PLC0415 - a development tool
+    except ImportError as err:
+        raise ConfigError(
+            f"the fake Bot API needs the 'fake' extra ({err.name} is missing): "
+            "pip install 'outbox-telegram[fake]'"
+        ) from None
 
     token = os.environ.get("TELEGRAM_BOT_TOKEN") or None
     asyncio.run(serve_forever(args.host, args.port, token, args.latency, args.enforce_limits))
     return 0
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from outbox.demo import run_demo  # noqa: PLC0415
-
-    result: int = run_demo()
-    return result
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -457,7 +472,6 @@ def build_parser() -> argparse.ArgumentParser:
         const=True,
         help="answer 429 over Telegram's limits",
     )
-    command("demo", _cmd_demo, "the whole story on the embedded defaults")
     return parser
 
 
@@ -474,6 +488,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         args = parser.parse_args(argv)
         _resolve_env_defaults(args)
         configure_logging(_log_level(args.log_level))
+        if getattr(args, "schema", None):
+            configure(schema=args.schema)
         handler: Handler = args.handler
         return handler(args)
     except OutboxError as err:

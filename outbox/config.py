@@ -9,6 +9,7 @@ from pathlib import Path
 from outbox.errors import ConfigError
 from outbox.ratelimit import RateLimits
 from outbox.retry import RetryPolicy
+from outbox.schema import current_schema, validate_schema
 from outbox.telegram import DEFAULT_API_URL
 
 __all__ = ["RelayConfig", "read_token", "telegram_api_url"]
@@ -32,6 +33,8 @@ DEFAULT_MARKER_RETENTION = 30 * 86400.0
 @dataclass(frozen=True, slots=True)
 class RelayConfig:
     database_url: str
+    # The PostgreSQL schema of the outbox tables; by default the configured one.
+    schema: str = field(default_factory=current_schema)
     concurrency: int = DEFAULT_CONCURRENCY
     batch_size: int = DEFAULT_BATCH_SIZE
     claim_ahead: int = DEFAULT_CLAIM_AHEAD  # claimed rows waiting for a free send slot, at most
@@ -55,6 +58,7 @@ class RelayConfig:
     rate_limits: RateLimits = field(default_factory=RateLimits)
 
     def __post_init__(self) -> None:
+        validate_schema(self.schema)
         for name in ("concurrency", "batch_size", "prune_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")

@@ -3,18 +3,25 @@
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Iterator
-from urllib.parse import SplitResult, urlsplit, urlunsplit
+from pathlib import Path
+from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import psycopg
 import sqlalchemy as sa
-from sqlalchemy.engine import Engine
+from sqlalchemy.engine import Connection, Engine
 
+from outbox import queries
 from outbox.errors import ConfigError, DatabaseUnavailable, SchemaMissing
+from outbox.redact import register_secret
+from outbox.schema import schema_problem
 
 __all__ = [
+    "EMBEDDED",
     "async_connect",
     "check_schema",
+    "check_schema_sync",
     "connect_errors",
     "create_engine",
     "normalize_url",
@@ -27,16 +34,35 @@ __all__ = [
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
+_PASSWORD_PARAM = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+
+
 def redact_url(url: str) -> str:
-    """The URL with any password replaced, fit for an error message."""
+    """The URL with any password replaced (in the user part or the query), fit for a log."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return "<unparseable URL>"
-    if parts.password is None:
-        return url
-    netloc = parts.netloc.replace(f":{parts.password}@", ":***@", 1)
-    return urlunsplit(parts._replace(netloc=netloc))
+    if parts.password is not None:
+        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))
+    if parts.query:
+        parts = parts._replace(query=_PASSWORD_PARAM.sub(r"\1***", parts.query))
+    return _unsplit(parts)
+
+
+def _register_password(url: str) -> None:
+    """Teach the log redaction this URL's password, wherever in the URL it was written, so that
+    no driver message that happens to quote it reaches a log or a terminal."""
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return
+    if parts.password:
+        register_secret(unquote(parts.password), "***")
+        register_secret(parts.password, "***")
+    for name, value in parse_qsl(parts.query):
+        if name.lower() == "password" and value:
+            register_secret(value, "***")
 
 
 def normalize_url(url: str) -> str:
@@ -50,6 +76,7 @@ def normalize_url(url: str) -> str:
         raise ConfigError(
             f"database URL must start with postgresql://, got {redact_url(url)!r}",
         )
+    _register_password(url)
     return _unsplit(parts._replace(scheme="postgresql"))
 
 
@@ -65,13 +92,27 @@ def with_database(url: str, name: str) -> str:
     return _unsplit(urlsplit(normalize_url(url))._replace(path="/" + name))
 
 
-def resolve_url(url: str | None) -> str:
-    """The given URL, or the embedded server's when none is given."""
-    if url:
-        return normalize_url(url)
-    from outbox.embedded import embedded_url  # noqa: PLC0415 - starts a server; only on demand
+EMBEDDED = "embedded"
 
-    return embedded_url()
+
+def resolve_url(url: str | None) -> str:
+    """The given URL; ``embedded`` (or ``embedded:DIR``) asks for the embedded server.
+
+    Nothing else starts it: a command that was given no URL at all refuses, so that a server
+    whose configuration lost its URL never runs against a private, empty database.
+    """
+    url = (url or "").strip()
+    if not url:
+        raise ConfigError(
+            "no database: set OUTBOX_DATABASE_URL or --database-url to a postgresql:// URL "
+            "(or to 'embedded' for the development server in ./.outbox)"
+        )
+    if url == EMBEDDED or url.startswith(EMBEDDED + ":"):
+        from outbox.embedded import embedded_url  # noqa: PLC0415 - only on demand
+
+        folder = url.removeprefix(EMBEDDED).removeprefix(":")
+        return embedded_url(Path(folder) if folder else None)
+    return normalize_url(url)
 
 
 def sqlalchemy_url(url: str) -> str:
@@ -136,11 +177,21 @@ async def async_connect(
         )
 
 
-async def check_schema(url: str) -> None:
-    """Fail with one clear line if the database is unreachable or not migrated."""
+async def check_schema(url: str, *, schema: str) -> None:
+    """Fail with one clear line if the database is unreachable, not migrated, or migrated by
+    another version."""
     conn = await async_connect(url)
     try:
         with connect_errors(url):
-            await conn.execute("SELECT 1 FROM outbox JOIN yuborilgan USING (kalit) LIMIT 0")
+            problem = schema_problem(schema, await queries.schema_facts(conn, schema=schema))
     finally:
         await conn.close()
+    if problem is not None:
+        raise problem
+
+
+def check_schema_sync(conn: Connection, *, schema: str) -> None:
+    """``check_schema`` on an open SQLAlchemy connection (the operator commands)."""
+    problem = schema_problem(schema, queries.schema_facts_sync(conn, schema=schema))
+    if problem is not None:
+        raise problem

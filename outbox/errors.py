@@ -11,9 +11,11 @@ __all__ = [
     "ConfigError",
     "DatabaseUnavailable",
     "InvalidInput",
+    "InvalidPayload",
     "NotFound",
     "OutboxError",
     "Refused",
+    "SchemaMismatch",
     "SchemaMissing",
     "TelegramUnauthorized",
     "Unhealthy",
@@ -30,6 +32,10 @@ class InvalidInput(OutboxError):
     """Something typed on the command line or passed to the API does not parse."""
 
     exit_code = 2
+
+
+class InvalidPayload(InvalidInput):
+    """A message payload that the relay would refuse; the text names the field."""
 
 
 class NotFound(OutboxError):
@@ -52,6 +58,13 @@ class DatabaseUnavailable(OutboxError):
 
 class SchemaMissing(OutboxError):
     """The database answers but the tables are not there: ``outbox migrate`` was not run."""
+
+    exit_code = 5
+
+
+class SchemaMismatch(OutboxError):
+    """The tables are not the ones this version expects: another program's ``outbox`` table,
+    or a schema migrated by a newer version."""
 
     exit_code = 5
 

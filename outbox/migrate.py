@@ -1,22 +1,197 @@
-"""Apply the Alembic migrations that ship with the package."""
+"""The outbox's own Alembic history, beside whatever history the host app keeps.
+
+Two ways to adopt it (README, "Adding the outbox to your app"):
+
+* ``outbox migrate`` (or :func:`upgrade`): the outbox's revisions, recorded in their own version
+  table ``outbox_alembic_version`` in the outbox's schema; the host's ``alembic_version`` is
+  never read or written, so both run in either order, any number of times.
+* The host's own Alembic run: add :data:`VERSIONS_LOCATION` to its ``version_locations`` and
+  upgrade to ``heads``; the revisions form the branch ``outbox`` with ids that start with
+  ``outbox_``, so they cannot collide with the host's.
+
+Either way the host's autogenerate ignores the outbox's tables through :func:`include_object`.
+"""
 
 from __future__ import annotations
 
-from importlib.resources import files
+from collections.abc import Mapping
+from typing import Any
 
-from alembic import command
+import sqlalchemy as sa
+from alembic import command, context
 from alembic.config import Config
 
-from outbox.db import connect_errors, normalize_url
+from outbox import queries
+from outbox.db import connect_errors, create_engine, normalize_url
+from outbox.errors import SchemaMismatch
+from outbox.schema import (
+    COMMENT_PREFIX,
+    KNOWN_REVISIONS,
+    OWN_COLUMNS,
+    current_schema,
+    maintenance_lock_key,
+    resolve_schema,
+)
 
-__all__ = ["upgrade"]
+__all__ = [
+    "BRANCH",
+    "VERSIONS_LOCATION",
+    "VERSION_TABLE",
+    "include_object",
+    "revision_comment",
+    "run_migrations",
+    "target_schema",
+    "upgrade",
+]
+
+SCRIPT_PACKAGE = "outbox.migrations"
+VERSION_TABLE = "outbox_alembic_version"
+# For a host's alembic.ini: version_locations = %(here)s/versions outbox.migrations:versions
+VERSIONS_LOCATION = f"{SCRIPT_PACKAGE}:versions"
+BRANCH = "outbox"
+OUTBOX_TABLES = frozenset({"outbox", "yuborilgan", VERSION_TABLE})
+_SCHEMA_ATTRIBUTE = "outbox_schema"
+_LEGACY_REVISION = "0001"  # the single history of version 0.1, shared with the domain tables
 
 
-def upgrade(url: str, revision: str = "head") -> None:
-    """Bring the database at ``url`` up to ``revision``; safe to run again."""
+def _config(url: str, script_package: str, schema: str) -> Config:
     config = Config()
-    config.set_main_option("script_location", str(files("migrations")))
+    config.set_main_option("script_location", f"{script_package}:")
     # Alembic reads the URL through ConfigParser, which treats % as interpolation.
     config.set_main_option("sqlalchemy.url", normalize_url(url).replace("%", "%%"))
+    config.attributes[_SCHEMA_ATTRIBUTE] = schema
+    return config
+
+
+def upgrade(url: str, revision: str = "head", *, schema: str | None = None) -> None:
+    """Bring the outbox tables at ``url`` up to ``revision``; safe to run again at any time.
+
+    Refuses (``SchemaMismatch``) a schema that holds another program's ``outbox`` table, and
+    takes over tables made by version 0.1's shared history without losing a row.
+    """
+    schema = resolve_schema(schema)
+    config = _config(url, SCRIPT_PACKAGE, schema)
     with connect_errors(url):
+        if _adopt_or_refuse(url, schema):
+            command.stamp(config, KNOWN_REVISIONS[0])
         command.upgrade(config, revision)
+
+
+def upgrade_history(
+    url: str, script_package: str, revision: str = "head", *, stamp: bool = False
+) -> None:
+    """Run (or with ``stamp`` only record) another package's history through the same
+    environment: an app's own, such as the vazifalar domain's."""
+    config = _config(url, script_package, current_schema())
+    with connect_errors(url):
+        (command.stamp if stamp else command.upgrade)(config, revision)
+
+
+def _adopt_or_refuse(url: str, schema: str) -> bool:
+    """Look at the schema before Alembic does; True: version 0.1's tables, to be stamped."""
+    engine = create_engine(url)
+    try:
+        with engine.begin() as conn:
+            facts = queries.schema_facts_sync(conn, schema=schema)
+            if facts is None or _has_table(conn, schema, VERSION_TABLE):
+                return False
+            comment, columns = facts
+            if comment.startswith(COMMENT_PREFIX):
+                raise SchemaMismatch(
+                    f"the outbox tables in schema {schema} are migrated by the host's own "
+                    f"Alembic history (branch {BRANCH}): upgrade them there, not with "
+                    "`outbox migrate`"
+                )
+            if not columns >= OWN_COLUMNS:
+                raise SchemaMismatch(
+                    f"schema {schema} already has a table named outbox that outbox-telegram "
+                    "did not create; put the outbox in a schema of its own with --schema or "
+                    "OUTBOX_SCHEMA"
+                )
+            conn.execute(sa.text(_comment_sql(schema, KNOWN_REVISIONS[0])))
+            # Version 0.1 kept its one revision in the default alembic_version, where a host's
+            # history would trip over it; the outbox's own version table replaces it.
+            if _has_table(conn, schema, "alembic_version"):
+                conn.execute(
+                    sa.text(
+                        f'DELETE FROM "{schema}".alembic_version WHERE version_num = :legacy '
+                        f'AND (SELECT count(*) FROM "{schema}".alembic_version) = 1'
+                    ),
+                    {"legacy": _LEGACY_REVISION},
+                )
+            return True
+    finally:
+        engine.dispose()
+
+
+def _has_table(conn: sa.Connection, schema: str, table: str) -> bool:
+    found = conn.execute(sa.text("SELECT to_regclass(:name)"), {"name": f'"{schema}".{table}'})
+    return found.scalar() is not None
+
+
+def _comment_sql(schema: str, revision: str) -> str:
+    return f"COMMENT ON TABLE \"{schema}\".outbox IS '{COMMENT_PREFIX}{revision}'"
+
+
+# --- used by the migration environment and the revisions ---------------------------------------
+
+
+def target_schema() -> str:
+    """The schema the running migration works in: the one ``upgrade`` was given, or in a host's
+    own Alembic run the configured one (``outbox.configure`` or ``OUTBOX_SCHEMA``)."""
+    attributes: Mapping[str, Any] = context.config.attributes if context.config else {}
+    return resolve_schema(attributes.get(_SCHEMA_ATTRIBUTE))
+
+
+def revision_comment(revision: str) -> str:
+    """The statement that records, in the outbox table's comment, the revision its schema is
+    at; every revision ends with it (the relay and the commands check it)."""
+    return _comment_sql(target_schema(), revision)
+
+
+def run_migrations(*, version_table: str, own_schema: bool) -> None:
+    """The body of an ``env.py``: online migrations with a version table of their own.
+
+    ``own_schema``: the version table lives in the outbox's schema (else the search path's).
+    One migrator at a time: two relays' start-up jobs may run ``outbox migrate`` together.
+    """
+    url = context.config.get_main_option("sqlalchemy.url")
+    if url is None:
+        raise RuntimeError("outbox.migrate sets sqlalchemy.url before running Alembic")
+    schema = target_schema()
+    engine = create_engine(url)
+    try:
+        with engine.connect() as connection:
+            lock = maintenance_lock_key(f"migrate:{schema}")
+            connection.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": lock})
+            if own_schema:
+                connection.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+            connection.commit()
+            context.configure(
+                connection=connection,
+                version_table=version_table,
+                version_table_schema=schema if own_schema else None,
+                transaction_per_migration=True,
+            )
+            with context.begin_transaction():
+                context.run_migrations()
+            connection.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": lock})
+            connection.commit()
+    finally:
+        engine.dispose()
+
+
+def include_object(
+    obj: Any, name: str | None, type_: str, reflected: bool, compare_to: Any
+) -> bool:
+    """An ``include_object`` hook for the host's ``context.configure``: autogenerate and
+    ``alembic check`` leave the outbox's tables (and their indexes and columns) alone."""
+    table = obj if type_ == "table" else getattr(obj, "table", None)
+    if table is None:
+        return True
+    return not (table.name in OUTBOX_TABLES and _in_outbox_schema(table.schema))
+
+
+def _in_outbox_schema(table_schema: str | None) -> bool:
+    outbox_schema = current_schema()
+    return table_schema == outbox_schema or (table_schema is None and outbox_schema == "public")

@@ -1,22 +1,32 @@
 """Every SQL statement the outbox issues, each named by what it does.
 
-Nothing else in the package writes SQL. Statements use psycopg's ``%(name)s`` placeholders so
-that one text serves both callers: the relay's psycopg async connections and the app's
-SQLAlchemy sessions and connections (through ``exec_driver_sql``). Times that decide behaviour
-come from the database clock (``now()``), so many relay hosts agree on what is due.
+Nothing else in the package writes SQL. Two kinds of caller, two placeholder styles:
+
+* the app and the operator commands run through SQLAlchemy (sync or async sessions and
+  connections, any driver: psycopg, asyncpg), so their statements are ``text()`` with
+  ``:name`` parameters and explicit casts that every driver accepts;
+* the relay's hot path runs on its own psycopg async connections with ``%(name)s``.
+
+Every statement names its tables through ``{outbox}`` and ``{yuborilgan}``, filled in once per
+schema (see ``outbox.schema``). Times that decide behaviour come from the database clock
+(``now()``), so many relay hosts agree on what is due.
 """
 
 from __future__ import annotations
 
+import functools
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 import psycopg
+import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
+
+from outbox.schema import maintenance_lock_key, notify_channel, pause_channel
 
 __all__ = [
     "ClaimedRow",
@@ -25,6 +35,7 @@ __all__ = [
     "QueueStatus",
     "ReplayResult",
     "SentMarker",
+    "SyncConn",
     "announce_pause",
     "cancel",
     "claim_due",
@@ -38,91 +49,140 @@ __all__ = [
     "reap_stale",
     "record_outcomes",
     "replay",
+    "run_async",
+    "run_sync",
+    "schema_facts",
+    "schema_facts_sync",
     "seconds_until_next_due",
     "still_claimed",
     "try_maintenance_lock",
     "update_pending",
 ]
 
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+
+    AsyncAppConn = AsyncConnection | AsyncSession
+
 AsyncConn = psycopg.AsyncConnection[Any]
 SyncConn = Connection | Session
 
-NOTIFY_CHANNEL = "outbox"  # new rows (statement trigger in the migration)
-# Flood control is per bot: a relay that Telegram asks to wait tells the others (payload: seconds).
-PAUSE_CHANNEL = "outbox_pause"
-# Advisory lock key for maintenance (reaper, retention): one relay at a time does it.
-MAINTENANCE_LOCK_KEY = 0x6F7574626F78  # "outbox"
+
+@functools.cache
+def _sql(template: str, schema: str) -> str:
+    """The statement with its tables qualified by ``schema`` (a validated identifier)."""
+    return template.format(
+        outbox=f'"{schema}".outbox',
+        yuborilgan=f'"{schema}".yuborilgan',
+        notify_channel=notify_channel(schema),
+        pause_channel=pause_channel(schema),
+    )
 
 
-def _execute(conn: SyncConn, sql: str, params: Mapping[str, Any] | None = None) -> Any:
-    """Run ``sql`` on the caller's connection or session, inside its transaction."""
-    connection = conn.connection() if isinstance(conn, Session) else conn
-    return connection.exec_driver_sql(sql, params or {})
+@functools.cache
+def _text(template: str, schema: str) -> sa.TextClause:
+    return sa.text(_sql(template, schema))
+
+
+def _execute(
+    conn: SyncConn, schema: str, template: str, params: Mapping[str, Any] | None = None
+) -> Any:
+    """Run one statement on the caller's sync connection or session, in its transaction."""
+    return conn.execute(_text(template, schema), params or {})
+
+
+# An app-side operation is a generator of (statement, parameters) pairs that receives each
+# statement's result: one implementation serves sync and async sessions alike.
+Step = tuple[sa.TextClause, Mapping[str, Any]]
+Steps = Generator[Step, Any, Any]
+
+
+def run_sync(conn: SyncConn, steps: Steps) -> Any:
+    """Run an operation's statements on a sync connection or session, in its transaction."""
+    try:
+        statement, params = next(steps)
+        while True:
+            statement, params = steps.send(conn.execute(statement, params))
+    except StopIteration as done:
+        return done.value
+
+
+async def run_async(conn: AsyncAppConn, steps: Steps) -> Any:
+    """Run an operation's statements on an async connection or session, in its transaction."""
+    try:
+        statement, params = next(steps)
+        while True:
+            statement, params = steps.send(await conn.execute(statement, params))
+    except StopIteration as done:
+        return done.value
 
 
 # --- enqueue: runs inside the caller's transaction, never commits ---------------------------
 
 _ENQUEUE = """
 WITH inserted AS (
-    INSERT INTO outbox (tur, kalit, payload, keyingi_urinish)
-    VALUES (%(tur)s, %(kalit)s, %(payload)s::jsonb, coalesce(%(run_at)s, now()))
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish)
+    VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
 SELECT id, true FROM inserted
 UNION ALL
-SELECT id, false FROM outbox WHERE kalit = %(kalit)s AND NOT EXISTS (SELECT 1 FROM inserted)
+SELECT id, false FROM {outbox} WHERE kalit = :kalit AND NOT EXISTS (SELECT 1 FROM inserted)
 """
 
-_FIND_BY_KEY = "SELECT id FROM outbox WHERE kalit = %(kalit)s"
+_FIND_BY_KEY = "SELECT id FROM {outbox} WHERE kalit = :kalit"
 
 
 def enqueue(
-    conn: SyncConn,
     *,
+    schema: str,
     kind: str,
     key: str,
     payload: Mapping[str, Any],
     run_at: datetime | None,
-) -> tuple[int, bool]:
-    """Insert one message; return ``(id, created)``. An existing key returns its row."""
+) -> Steps:
+    """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
     params = {"tur": kind, "kalit": key, "payload": json.dumps(payload), "run_at": run_at}
-    row = _execute(conn, _ENQUEUE, params).first()
+    row = (yield _text(_ENQUEUE, schema), params).first()
     if row is None:
         # The conflicting row was committed by another transaction after this statement's
         # snapshot was taken; a fresh statement sees it.
-        row = (_execute(conn, _FIND_BY_KEY, params).scalar_one(), False)
+        found = (yield _text(_FIND_BY_KEY, schema), {"kalit": key}).scalar_one()
+        return int(found), False
     return int(row[0]), bool(row[1])
 
 
 # Claimed rows go too: a relay that waited before sending asks whether its claim still exists
 # (still_claimed). Failed rows go so that a later bulk replay cannot send a withdrawn message.
 _CANCEL = """
-DELETE FROM outbox
-WHERE kalit = ANY(%(keys)s) AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
+DELETE FROM {outbox}
+WHERE kalit = ANY(CAST(:keys AS text[])) AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
 """
 
 
-def cancel(conn: SyncConn, keys: Sequence[str]) -> int:
+def cancel(*, schema: str, keys: Sequence[str]) -> Steps:
     """Delete unsent messages by key (pending, claimed or failed); sent rows stay."""
     if not keys:
         return 0
-    return int(_execute(conn, _CANCEL, {"keys": list(keys)}).rowcount)
+    result = yield _text(_CANCEL, schema), {"keys": list(keys)}
+    return int(result.rowcount)
 
 
 # Claimed and failed rows change too: a relay sends from the copy it claimed, so a message
 # being sent right now goes out as it was, and any later attempt (a retry, a replay) sends the
 # new text.
 _UPDATE_PENDING = """
-UPDATE outbox SET payload = %(payload)s::jsonb, yangilangan = now()
-WHERE kalit = %(kalit)s AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
+UPDATE {outbox} SET payload = CAST(:payload AS jsonb), yangilangan = now()
+WHERE kalit = :kalit AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
 """
 
 
-def update_pending(conn: SyncConn, key: str, payload: Mapping[str, Any]) -> bool:
+def update_pending(*, schema: str, key: str, payload: Mapping[str, Any]) -> Steps:
     """Replace the payload of an unsent message; False if there is none (or it was sent)."""
     params = {"kalit": key, "payload": json.dumps(payload)}
-    return bool(_execute(conn, _UPDATE_PENDING, params).rowcount)
+    result = yield _text(_UPDATE_PENDING, schema), params
+    return bool(result.rowcount)
 
 
 # --- the relay's hot path ----------------------------------------------------------------------
@@ -141,26 +201,26 @@ class ClaimedRow(NamedTuple):
 
 
 _CLAIM_DUE = """
-UPDATE outbox o
+UPDATE {outbox} o
 SET holat = 'bajarilmoqda', urinish = o.urinish + 1, band_vaqti = now(), yangilangan = now()
 WHERE o.id IN (
-    SELECT id FROM outbox
+    SELECT id FROM {outbox}
     WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
     ORDER BY keyingi_urinish, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
 RETURNING o.id, o.tur, o.kalit, o.payload, o.urinish,
-          (SELECT true FROM yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL, o.band_vaqti
+          (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL, o.band_vaqti
 """
 # The marker check is a scalar subquery on purpose: it is always one primary-key probe per
 # claimed row. Postgres may run an EXISTS as a hash of the whole marker table instead, which
 # grows with every message ever sent.
 
 
-async def claim_due(conn: AsyncConn, limit: int) -> list[ClaimedRow]:
+async def claim_due(conn: AsyncConn, limit: int, *, schema: str) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows in one statement; other relays skip them."""
-    cursor = await conn.execute(_CLAIM_DUE, {"limit": limit})
+    cursor = await conn.execute(_sql(_CLAIM_DUE, schema), {"limit": limit})
     make = ClaimedRow._make
     return [make(row) for row in await cursor.fetchall()]
 
@@ -199,11 +259,11 @@ WITH r AS (
              band_vaqti timestamptz)
 ),
 markers AS (
-    INSERT INTO yuborilgan (kalit, chat_id, message_id)
+    INSERT INTO {yuborilgan} (kalit, chat_id, message_id)
     SELECT kalit, chat_id, message_id FROM r WHERE message_id IS NOT NULL
     ON CONFLICT (kalit) DO NOTHING
 )
-UPDATE outbox o
+UPDATE {outbox} o
 SET holat = r.holat,
     urinish = CASE WHEN r.refund THEN o.urinish - 1 ELSE o.urinish END,
     keyingi_urinish = CASE WHEN r.holat = 'kutmoqda'
@@ -215,7 +275,7 @@ SET holat = r.holat,
                  ELSE o.tarix || jsonb_build_array(jsonb_build_object(
                      'vaqt', now(), 'urinish', o.urinish, 'xato', r.xato)) END,
     payload = CASE WHEN r.new_chat_id IS NULL THEN o.payload
-                   ELSE jsonb_set(o.payload, '{chat_id}', to_jsonb(r.new_chat_id)) END,
+                   ELSE jsonb_set(o.payload, ARRAY['chat_id'], to_jsonb(r.new_chat_id)) END,
     yangilangan = now()
 FROM r
 WHERE o.id = r.id AND o.holat = 'bajarilmoqda' AND o.urinish = r.urinish
@@ -223,14 +283,14 @@ WHERE o.id = r.id AND o.holat = 'bajarilmoqda' AND o.urinish = r.urinish
 """
 
 
-async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome]) -> int:
+async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome], *, schema: str) -> int:
     """Write a batch of outcomes in one statement; return how many rows were still ours."""
     if not outcomes:
         return 0
     # One JSON document for the batch: json.dumps builds it in C, where eleven typed arrays
     # cost psycopg a Python call per element (half the relay's CPU per write, measured).
     batch = json.dumps([_outcome_fields(o) for o in outcomes], separators=(",", ":"))
-    cursor = await conn.execute(_RECORD_OUTCOMES, {"batch": batch})
+    cursor = await conn.execute(_sql(_RECORD_OUTCOMES, schema), {"batch": batch})
     return cursor.rowcount
 
 
@@ -257,37 +317,37 @@ def _outcome_fields(o: Outcome) -> dict[str, Any]:
 
 
 _STILL_CLAIMED = """
-SELECT true FROM outbox
+SELECT true FROM {outbox}
 WHERE id = %(id)s AND holat = 'bajarilmoqda' AND urinish = %(urinish)s AND band_vaqti = %(at)s
 """
 
 
-async def still_claimed(conn: AsyncConn, row: ClaimedRow) -> bool:
+async def still_claimed(conn: AsyncConn, row: ClaimedRow, *, schema: str) -> bool:
     """Is this claim still the relay's? False once the app withdrew the row (cancel)."""
     params = {"id": row.id, "urinish": row.attempts, "at": row.claimed_at}
-    cursor = await conn.execute(_STILL_CLAIMED, params)
+    cursor = await conn.execute(_sql(_STILL_CLAIMED, schema), params)
     return await cursor.fetchone() is not None
 
 
 _SECONDS_UNTIL_NEXT_DUE = """
 SELECT extract(epoch FROM min(keyingi_urinish) - now())::float8
-FROM outbox WHERE holat = 'kutmoqda'
+FROM {outbox} WHERE holat = 'kutmoqda'
 """
 
 
-async def seconds_until_next_due(conn: AsyncConn) -> float | None:
+async def seconds_until_next_due(conn: AsyncConn, *, schema: str) -> float | None:
     """Seconds until the earliest pending row is due (<= 0: due now); None if none pending."""
-    cursor = await conn.execute(_SECONDS_UNTIL_NEXT_DUE)
+    cursor = await conn.execute(_sql(_SECONDS_UNTIL_NEXT_DUE, schema))
     row = await cursor.fetchone()
     return None if row is None or row[0] is None else float(row[0])
 
 
-_ANNOUNCE_PAUSE = "SELECT pg_notify('outbox_pause', %(seconds)s)"
+_ANNOUNCE_PAUSE = "SELECT pg_notify('{pause_channel}', %(seconds)s)"
 
 
-async def announce_pause(conn: AsyncConn, seconds: float) -> None:
+async def announce_pause(conn: AsyncConn, seconds: float, *, schema: str) -> None:
     """Tell every listening relay that Telegram asked this bot to wait ``seconds``."""
-    await conn.execute(_ANNOUNCE_PAUSE, {"seconds": f"{seconds:g}"})
+    await conn.execute(_sql(_ANNOUNCE_PAUSE, schema), {"seconds": f"{seconds:g}"})
 
 
 # --- maintenance ---------------------------------------------------------------------------------
@@ -302,10 +362,10 @@ SELECT pg_try_advisory_xact_lock(%(key)s),
 """
 
 
-async def try_maintenance_lock(conn: AsyncConn, *, idle_seconds: float = 60.0) -> bool:
+async def try_maintenance_lock(conn: AsyncConn, *, schema: str, idle_seconds: float = 60.0) -> bool:
     """Take the maintenance lock for the current transaction; False if another relay has it."""
-    params = {"key": MAINTENANCE_LOCK_KEY, "ms": str(max(1, int(idle_seconds * 1000)))}
-    cursor = await conn.execute(_TRY_MAINTENANCE_LOCK, params)
+    params = {"key": maintenance_lock_key(schema), "ms": str(max(1, int(idle_seconds * 1000)))}
+    cursor = await conn.execute(_sql(_TRY_MAINTENANCE_LOCK, schema), params)
     row = await cursor.fetchone()
     return bool(row and row[0])
 
@@ -313,7 +373,7 @@ async def try_maintenance_lock(conn: AsyncConn, *, idle_seconds: float = 60.0) -
 # A claim older than the lease belongs to a relay that died or hangs. The attempt it made
 # counts: the message may have gone out before the relay vanished.
 _REAP_STALE = """
-UPDATE outbox
+UPDATE {outbox}
 SET holat = CASE WHEN urinish >= %(max_attempts)s THEN 'xato' ELSE 'kutmoqda' END,
     keyingi_urinish = now(),
     band_vaqti = NULL,
@@ -328,10 +388,12 @@ RETURNING holat
 """
 
 
-async def reap_stale(conn: AsyncConn, *, lease_seconds: float, max_attempts: int) -> dict[str, int]:
+async def reap_stale(
+    conn: AsyncConn, *, schema: str, lease_seconds: float, max_attempts: int
+) -> dict[str, int]:
     """Return expired claims to the queue (or to xato); counts per new state."""
     params = {"lease": float(lease_seconds), "max_attempts": max_attempts}
-    cursor = await conn.execute(_REAP_STALE, params)
+    cursor = await conn.execute(_sql(_REAP_STALE, schema), params)
     counts = {"kutmoqda": 0, "xato": 0}
     for (state,) in await cursor.fetchall():
         counts[state] += 1
@@ -340,12 +402,12 @@ async def reap_stale(conn: AsyncConn, *, lease_seconds: float, max_attempts: int
 
 # --- reading -------------------------------------------------------------------------------------
 
-_COUNT_BY_STATE = "SELECT holat, count(*) FROM outbox GROUP BY holat"
+_COUNT_BY_STATE = "SELECT holat, count(*) FROM {outbox} GROUP BY holat"
 
 
-def count_by_state(conn: SyncConn) -> dict[str, int]:
+def count_by_state(conn: SyncConn, *, schema: str) -> dict[str, int]:
     counts = {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": 0, "xato": 0}
-    for state, count in _execute(conn, _COUNT_BY_STATE).fetchall():
+    for state, count in _execute(conn, schema, _COUNT_BY_STATE).fetchall():
         counts[state] = int(count)
     return counts
 
@@ -410,31 +472,36 @@ _MESSAGE_COLUMNS = """
 
 _LIST_MESSAGES = f"""
 SELECT {_MESSAGE_COLUMNS}
-FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
-WHERE (%(holat)s::text IS NULL OR o.holat = %(holat)s::text)
-  AND (%(tur)s::text IS NULL OR o.tur = %(tur)s::text)
+FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
+WHERE (CAST(:holat AS text) IS NULL OR o.holat = CAST(:holat AS text))
+  AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
 ORDER BY o.id DESC
-LIMIT %(limit)s
+LIMIT :limit
 """
 
 
 def list_messages(
-    conn: SyncConn, *, state: str | None = None, kind: str | None = None, limit: int = 50
+    conn: SyncConn,
+    *,
+    schema: str,
+    state: str | None = None,
+    kind: str | None = None,
+    limit: int = 50,
 ) -> list[Message]:
     """Newest first, optionally only one state and/or kind."""
     params = {"holat": state, "tur": kind, "limit": limit}
-    return [_message(row) for row in _execute(conn, _LIST_MESSAGES, params).fetchall()]
+    return [_message(row) for row in _execute(conn, schema, _LIST_MESSAGES, params).fetchall()]
 
 
 _GET_MESSAGE = f"""
 SELECT {_MESSAGE_COLUMNS}
-FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
-WHERE o.id = %(id)s
+FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
+WHERE o.id = :id
 """
 
 
-def get_message(conn: SyncConn, message_id: int) -> Message | None:
-    row = _execute(conn, _GET_MESSAGE, {"id": message_id}).first()
+def get_message(conn: SyncConn, message_id: int, *, schema: str) -> Message | None:
+    row = _execute(conn, schema, _GET_MESSAGE, {"id": message_id}).first()
     return None if row is None else _message(row)
 
 
@@ -456,26 +523,26 @@ EXACT_COUNT_BELOW = 200_000  # rows, by the statistics: above this, estimate
 
 _QUEUE_STATUS = """
 SELECT
-    (SELECT count(*) FROM outbox WHERE holat = 'kutmoqda'),
-    (SELECT count(*) FROM outbox WHERE holat = 'bajarilmoqda'),
-    (SELECT count(*) FROM outbox WHERE holat = 'xato'),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda'),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'xato'),
     (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
-     FROM outbox WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()),
-    (SELECT count(*) FROM outbox WHERE holat = 'bajarilmoqda'
-                                   AND band_vaqti < now() - make_interval(secs => %(lease)s)),
-    (SELECT reltuples::float8 FROM pg_class WHERE oid = 'outbox'::regclass),
-    (SELECT reltuples::float8 FROM pg_class WHERE oid = 'yuborilgan'::regclass)
+     FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'
+                                   AND band_vaqti < now() - make_interval(secs => :lease)),
+    (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass),
+    (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
 """
 
-_COUNT_DONE = "SELECT count(*) FROM outbox WHERE holat = 'bajarildi'"
-_COUNT_MARKERS = "SELECT count(*) FROM yuborilgan"
+_COUNT_DONE = "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi'"
+_COUNT_MARKERS = "SELECT count(*) FROM {yuborilgan}"
 
 
 def queue_status(
-    conn: SyncConn, *, lease_seconds: float, exact_below: int | None = None
+    conn: SyncConn, *, schema: str, lease_seconds: float, exact_below: int | None = None
 ) -> QueueStatus:
     threshold = EXACT_COUNT_BELOW if exact_below is None else exact_below
-    row = _execute(conn, _QUEUE_STATUS, {"lease": float(lease_seconds)}).one()
+    row = _execute(conn, schema, _QUEUE_STATUS, {"lease": float(lease_seconds)}).one()
     pending, in_progress, failed, lag, stuck, outbox_rows, marker_rows = row
     estimated: list[str] = []
     # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
@@ -483,12 +550,12 @@ def queue_status(
         done = max(0, round(outbox_rows) - int(pending) - int(in_progress) - int(failed))
         estimated.append("bajarildi")
     else:
-        done = _execute(conn, _COUNT_DONE).scalar_one()
+        done = _execute(conn, schema, _COUNT_DONE).scalar_one()
     if marker_rows >= threshold:
         markers = max(0, round(marker_rows))
         estimated.append("markers")
     else:
-        markers = _execute(conn, _COUNT_MARKERS).scalar_one()
+        markers = _execute(conn, schema, _COUNT_MARKERS).scalar_one()
     counts = {"kutmoqda": pending, "bajarilmoqda": in_progress, "bajarildi": done, "xato": failed}
     return QueueStatus(
         counts={state: int(n) for state, n in counts.items()},
@@ -514,18 +581,18 @@ class ReplayResult:
 # between two bulk replays.
 _LOCK_FOR_REPLAY = """
 SELECT o.id, o.holat, y.chat_id, y.message_id, y.yuborilgan_vaqt
-FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
-WHERE o.id = ANY(%(ids)s::bigint[])
+FROM {outbox} o LEFT JOIN {yuborilgan} y ON y.kalit = o.kalit
+WHERE o.id = ANY(CAST(:ids AS bigint[]))
 ORDER BY o.id
 FOR UPDATE OF o
 """
 
 _LOCK_FAILED_FOR_REPLAY = """
 SELECT o.id, o.holat, y.chat_id, y.message_id, y.yuborilgan_vaqt
-FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
+FROM {outbox} o LEFT JOIN {yuborilgan} y ON y.kalit = o.kalit
 WHERE o.holat = 'xato'
-  AND (%(tur)s::text IS NULL OR o.tur = %(tur)s::text)
-  AND (%(since)s::float8 IS NULL OR o.yangilangan >= now() - make_interval(secs => %(since)s))
+  AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
+  AND (CAST(:since AS float8) IS NULL OR o.yangilangan >= now() - make_interval(secs => :since))
 ORDER BY o.id
 FOR UPDATE OF o
 """
@@ -536,7 +603,7 @@ FOR UPDATE OF o
 # listening relays at commit, so the rows go out at once rather than at the next poll.
 _REPLAY = """
 WITH replayed AS (
-    UPDATE outbox o
+    UPDATE {outbox} o
     SET holat = 'kutmoqda',
         urinish = 0,
         keyingi_urinish = now(),
@@ -545,18 +612,18 @@ WITH replayed AS (
         tarix = o.tarix || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
             'vaqt', now(),
             'urinish', o.urinish,
-            'hodisa', CASE WHEN %(force)s THEN 'replay --force' ELSE 'replay' END,
+            'hodisa', CASE WHEN :force THEN 'replay --force' ELSE 'replay' END,
             'oxirgi_xato', o.oxirgi_xato,
-            'yuborilgan', (SELECT to_jsonb(y) - 'kalit' FROM yuborilgan y
-                           WHERE %(force)s AND y.kalit = o.kalit)))),
+            'yuborilgan', (SELECT to_jsonb(y) - 'kalit' FROM {yuborilgan} y
+                           WHERE :force AND y.kalit = o.kalit)))),
         yangilangan = now()
-    WHERE o.id = ANY(%(ids)s::bigint[]) AND o.holat = 'xato'
+    WHERE o.id = ANY(CAST(:ids AS bigint[])) AND o.holat = 'xato'
     RETURNING o.id, o.kalit
 ),
 forgotten AS (
-    DELETE FROM yuborilgan y USING replayed r WHERE %(force)s AND y.kalit = r.kalit
+    DELETE FROM {yuborilgan} y USING replayed r WHERE :force AND y.kalit = r.kalit
 )
-SELECT r.id, pg_notify('outbox', '') FROM replayed r
+SELECT r.id, pg_notify('{notify_channel}', '') FROM replayed r
 """
 
 
@@ -564,6 +631,7 @@ def replay(
     conn: SyncConn,
     ids: Sequence[int] | None = None,
     *,
+    schema: str,
     force: bool = False,
     kind: str | None = None,
     failed_within_seconds: float | None = None,
@@ -574,11 +642,11 @@ def replay(
     """
     if ids is None:
         params: dict[str, Any] = {"tur": kind, "since": failed_within_seconds}
-        found = _execute(conn, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
+        found = _execute(conn, schema, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
         wanted = [int(row[0]) for row in found]
     else:
         wanted = list(dict.fromkeys(ids))
-        found = _execute(conn, _LOCK_FOR_REPLAY, {"ids": wanted}).fetchall()
+        found = _execute(conn, schema, _LOCK_FOR_REPLAY, {"ids": wanted}).fetchall()
     seen = {int(row[0]): (row[1], _marker(*row[2:])) for row in found}
     accepted = [
         row_id
@@ -587,7 +655,7 @@ def replay(
     ]
     replayed: set[int] = set()
     if accepted:
-        rows = _execute(conn, _REPLAY, {"ids": accepted, "force": force}).fetchall()
+        rows = _execute(conn, schema, _REPLAY, {"ids": accepted, "force": force}).fetchall()
         replayed = {int(row[0]) for row in rows}
     results = []
     for row_id in wanted:
@@ -600,9 +668,9 @@ def replay(
 # per statement, so each delete is a short transaction that locks few rows and lets vacuum
 # keep up. SKIP LOCKED: two pruners (a relay and an operator) share the work.
 _PRUNE_DONE = """
-DELETE FROM outbox
+DELETE FROM {outbox}
 WHERE id IN (
-    SELECT id FROM outbox
+    SELECT id FROM {outbox}
     WHERE holat = 'bajarildi' AND yangilangan < now() - make_interval(secs => %(older_than)s)
     ORDER BY yangilangan
     LIMIT %(batch)s
@@ -613,11 +681,11 @@ WHERE id IN (
 # A marker outlives its row: it stops a re-enqueued key from being sent twice. It is kept while
 # a row with its key could still be sent (pending, claimed, or failed and replayable).
 _PRUNE_MARKERS = """
-DELETE FROM yuborilgan
+DELETE FROM {yuborilgan}
 WHERE kalit IN (
-    SELECT y.kalit FROM yuborilgan y
+    SELECT y.kalit FROM {yuborilgan} y
     WHERE y.yuborilgan_vaqt < now() - make_interval(secs => %(older_than)s)
-      AND NOT EXISTS (SELECT 1 FROM outbox o WHERE o.kalit = y.kalit AND o.holat <> 'bajarildi')
+      AND NOT EXISTS (SELECT 1 FROM {outbox} o WHERE o.kalit = y.kalit AND o.holat <> 'bajarildi')
     ORDER BY y.yuborilgan_vaqt
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -628,6 +696,7 @@ WHERE kalit IN (
 async def prune(
     conn: AsyncConn,
     *,
+    schema: str,
     done_older_than_seconds: float,
     markers_older_than_seconds: float,
     batch_size: int,
@@ -644,15 +713,46 @@ async def prune(
         params = {"older_than": float(older_than), "batch": batch_size}
         while True:
             async with conn.transaction():
-                n = (await conn.execute(statement, params)).rowcount
+                n = (await conn.execute(_sql(statement, schema), params)).rowcount
             removed[name] += n
             if n < batch_size:
                 break
     return removed
 
 
-_COUNT_FAILED = "SELECT count(*) FROM outbox WHERE holat = 'xato'"
+_COUNT_FAILED = "SELECT count(*) FROM {outbox} WHERE holat = 'xato'"
 
 
-def count_failed(conn: SyncConn) -> int:
-    return int(_execute(conn, _COUNT_FAILED).scalar_one())
+def count_failed(conn: SyncConn, *, schema: str) -> int:
+    return int(_execute(conn, schema, _COUNT_FAILED).scalar_one())
+
+
+# --- the schema itself -------------------------------------------------------------------------
+
+# Every outbox migration writes "outbox-telegram <revision>" into the outbox table's comment,
+# which the relay and the commands check (``outbox.schema.schema_problem``) whichever way the
+# migrations ran: ``outbox migrate`` or the host's own Alembic history.
+# (the table's comment or '' if it has none, the names of its columns); no row: no table.
+_SCHEMA_FACTS = """
+SELECT coalesce(obj_description(c.oid, 'pg_class'), ''),
+       array(SELECT attname::text FROM pg_attribute
+             WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped)
+FROM (SELECT to_regclass(%(table)s) AS oid) c
+WHERE c.oid IS NOT NULL
+"""
+
+
+def _schema_facts(row: Sequence[Any] | None) -> tuple[str, frozenset[str]] | None:
+    return None if row is None else (str(row[0]), frozenset(row[1]))
+
+
+async def schema_facts(conn: AsyncConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
+    """The outbox table's comment and columns; None if there is no outbox table."""
+    cursor = await conn.execute(_SCHEMA_FACTS, {"table": f'"{schema}".outbox'})
+    return _schema_facts(await cursor.fetchone())
+
+
+def schema_facts_sync(conn: SyncConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
+    """``schema_facts`` on an app or operator connection."""
+    statement = sa.text(_SCHEMA_FACTS.replace("%(table)s", ":table"))
+    return _schema_facts(conn.execute(statement, {"table": f'"{schema}".outbox'}).first())

@@ -9,18 +9,22 @@ __all__ = ["RedactingFormatter", "configure_logging", "redact", "register_secret
 
 # Anything shaped like a bot token, with or without the "bot" prefix of Bot API URLs.
 _TOKEN_PATTERN = re.compile(r"\d{3,}:[A-Za-z0-9_-]{10,}")
-_secrets: set[str] = set()
+_secrets: dict[str, str] = {}
 
 
-def register_secret(secret: str) -> None:
-    """Remember a secret so that ``redact`` removes it even if it has an unusual shape."""
+def register_secret(secret: str, label: str = "[token]") -> None:
+    """Remember a secret so that ``redact`` replaces it by ``label`` whatever its shape."""
     if secret:
-        _secrets.add(secret)
+        _secrets[secret] = label
+        # Longest first: a secret that contains another is replaced whole.
+        ordered = sorted(_secrets.items(), key=lambda item: -len(item[0]))
+        _secrets.clear()
+        _secrets.update(ordered)
 
 
 def redact(text: str) -> str:
-    for secret in _secrets:
-        text = text.replace(secret, "[token]")
+    for secret, label in _secrets.items():
+        text = text.replace(secret, label)
     return _TOKEN_PATTERN.sub("[token]", text)
 
 

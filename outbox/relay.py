@@ -25,6 +25,7 @@ from outbox.db import async_connect, check_schema
 from outbox.errors import OutboxError, TelegramUnauthorized
 from outbox.ratelimit import RateLimiter
 from outbox.retry import decide
+from outbox.schema import notify_channel, pause_channel
 from outbox.states import State
 from outbox.telegram import Sender, SentMessage, send_message_args
 
@@ -175,6 +176,7 @@ class Relay:
         self._wakeup = asyncio.Event()
         # Poll-only is the PgBouncer mode: no server-side prepared statements there.
         prepare = not config.poll_only
+        self._schema = config.schema
         self._claimer = _Connection(config.database_url, "claim", self._stopping, prepare=prepare)
         self._recorder = _Connection(config.database_url, "record", self._stopping, prepare=prepare)
         self._pending: list[queries.Outcome] = []
@@ -215,7 +217,7 @@ class Relay:
 
     async def open(self) -> None:
         """Connect, check the schema and the token; every problem here is one clear error."""
-        await check_schema(self.config.database_url)
+        await check_schema(self.config.database_url, schema=self._schema)
         await self._sender.start()
 
     async def close(self) -> None:
@@ -387,7 +389,7 @@ class Relay:
         while True:
             conn = await self._claimer.get()
             try:
-                rows = await queries.claim_due(conn, limit)
+                rows = await queries.claim_due(conn, limit, schema=self._schema)
             except _DB_LOST as err:
                 self._claimer.lost(err)
                 if self._stopping.is_set():
@@ -399,7 +401,7 @@ class Relay:
     async def _seconds_until_next_due(self) -> float | None:
         conn = await self._claimer.get()
         try:
-            return await queries.seconds_until_next_due(conn)
+            return await queries.seconds_until_next_due(conn, schema=self._schema)
         except _DB_LOST as err:
             self._claimer.lost(err)
             return 0.0
@@ -411,7 +413,7 @@ class Relay:
                 batch, self._pending = self._pending, []
                 try:
                     conn = await self._recorder.get()
-                    applied = await queries.record_outcomes(conn, batch)
+                    applied = await queries.record_outcomes(conn, batch, schema=self._schema)
                 except (*_DB_LOST, OutboxError) as err:
                     self._pending[:0] = batch
                     self._recorder.lost(err)
@@ -447,7 +449,7 @@ class Relay:
     async def _announce_pause(self) -> None:
         seconds, self._pause_to_announce = self._pause_to_announce, 0.0
         try:
-            await queries.announce_pause(await self._recorder.get(), seconds)
+            await queries.announce_pause(await self._recorder.get(), seconds, schema=self._schema)
         except (psycopg.Error, OutboxError) as err:
             # Best effort: the other relays find out from Telegram instead, one 429 each.
             log.warning("could not tell the other relays about flood control: %s", err)
@@ -478,7 +480,7 @@ class Relay:
         for outcome in batch:
             try:
                 conn = await self._recorder.get()
-                applied += await queries.record_outcomes(conn, [outcome])
+                applied += await queries.record_outcomes(conn, [outcome], schema=self._schema)
             except psycopg.Error as err:
                 # Not lost: the reaper returns the row to the queue after the lease.
                 log.error("could not record the outcome of outbox %s: %s", outcome.id, err)
@@ -529,15 +531,16 @@ class Relay:
     async def _listen_forever(self) -> None:
         """LISTEN for new rows; after a reconnect, look again at once (notes may be lost)."""
         listener = _Connection(self.config.database_url, "listen", self._stopping)
+        pause = pause_channel(self._schema)
         try:
             while True:
                 conn = await listener.get()
                 try:
-                    await conn.execute(f"LISTEN {queries.PAUSE_CHANNEL}")
-                    await conn.execute(f"LISTEN {queries.NOTIFY_CHANNEL}")
+                    await conn.execute(f'LISTEN "{pause}"')
+                    await conn.execute(f'LISTEN "{notify_channel(self._schema)}"')
                     self._wakeup.set()
                     async for notify in conn.notifies():
-                        if notify.channel == queries.PAUSE_CHANNEL:
+                        if notify.channel == pause:
                             self._pause_from_peer(notify)
                         else:
                             self._wakeup.set()
@@ -553,6 +556,7 @@ class Relay:
             return
         pruned = await queries.prune(
             conn,
+            schema=self._schema,
             done_older_than_seconds=self.config.retention_seconds,
             markers_older_than_seconds=self.config.marker_retention_seconds,
             batch_size=self.config.prune_batch_size,
@@ -578,9 +582,12 @@ class Relay:
                     async with conn.transaction():
                         # A round takes well under a second; one that sits idle much longer
                         # inside its transaction belongs to a hung relay, and the server ends it.
-                        if await queries.try_maintenance_lock(conn, idle_seconds=idle_limit):
+                        if await queries.try_maintenance_lock(
+                            conn, schema=self._schema, idle_seconds=idle_limit
+                        ):
                             reaped = await queries.reap_stale(
                                 conn,
+                                schema=self._schema,
                                 lease_seconds=self.config.lease_seconds,
                                 max_attempts=self.config.retry.max_attempts,
                             )
@@ -688,7 +695,7 @@ class Relay:
 
     async def _still_claimed(self, row: queries.ClaimedRow) -> bool:
         try:
-            return await queries.still_claimed(await self._claimer.get(), row)
+            return await queries.still_claimed(await self._claimer.get(), row, schema=self._schema)
         except _DB_LOST as err:
             self._claimer.lost(err)
             return True  # cannot tell: send; the fenced write sorts out the rest

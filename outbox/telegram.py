@@ -12,11 +12,10 @@ from typing import Any, Protocol
 import httpx
 from telegram import Bot
 from telegram import error as tg
-from telegram.constants import MessageLimit
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
-from outbox.classify import MalformedPayload
 from outbox.errors import ConfigError, TelegramUnauthorized
+from outbox.payload import send_message_args
 from outbox.redact import redact, register_secret
 
 # python-telegram-bot 22 warns on every 429 unless retry_after is a timedelta; we accept both
@@ -26,9 +25,6 @@ os.environ.setdefault("PTB_TIMEDELTA", "1")
 __all__ = ["NullSender", "Sender", "SentMessage", "TelegramSender", "send_message_args"]
 
 DEFAULT_API_URL = "https://api.telegram.org"
-
-_OPTIONAL_FLAGS = ("disable_notification", "protect_content")
-_ALLOWED_KEYS = {"chat_id", "text", "parse_mode", "message_thread_id", *_OPTIONAL_FLAGS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,36 +41,6 @@ class Sender(Protocol):
     async def send(self, args: Mapping[str, Any]) -> SentMessage: ...
 
     async def close(self) -> None: ...
-
-
-def send_message_args(payload: Mapping[str, Any]) -> dict[str, Any]:
-    """Validate a payload and turn it into ``sendMessage`` arguments."""
-    if not isinstance(payload, Mapping):
-        # The lesson's plain INSERTs can store any JSON; only an object can be a message.
-        raise MalformedPayload(f"payload must be a JSON object, got {type(payload).__name__}")
-    unknown = set(payload) - _ALLOWED_KEYS
-    if unknown:
-        raise MalformedPayload(f"unknown field(s) {', '.join(sorted(unknown))}")
-    chat_id = payload.get("chat_id")
-    if isinstance(chat_id, bool) or not isinstance(chat_id, int | str) or chat_id == "":
-        raise MalformedPayload("chat_id must be an integer or an @channel name")
-    if isinstance(chat_id, str) and not chat_id.startswith("@"):
-        try:
-            chat_id = int(chat_id)
-        except ValueError:
-            raise MalformedPayload(f"chat_id {chat_id!r} is not a number") from None
-    text = payload.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise MalformedPayload("text must be a non-empty string")
-    if "parse_mode" not in payload and len(text) > MessageLimit.MAX_TEXT_LENGTH:
-        raise MalformedPayload(
-            f"text is {len(text)} characters; Telegram allows {MessageLimit.MAX_TEXT_LENGTH}"
-        )
-    args: dict[str, Any] = {"chat_id": chat_id, "text": text}
-    for key in ("parse_mode", "message_thread_id", *_OPTIONAL_FLAGS):
-        if key in payload:
-            args[key] = payload[key]
-    return args
 
 
 class _SpreadRequest(BaseRequest):

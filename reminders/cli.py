@@ -17,7 +17,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from outbox.db import connect_errors, create_engine, resolve_url
+from outbox.db import connect_errors, create_engine, redact_url, resolve_url
 from outbox.errors import OutboxError
 from reminders import service
 from reminders.models import DEFAULT_TIME_ZONE, Task
@@ -209,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--database-url",
         ENV_DATABASE_URL,
         metavar="URL",
-        help_text="PostgreSQL URL; unset: the embedded server in ./.outbox",
+        help_text="PostgreSQL URL, or 'embedded' for the development server in ./.outbox",
     )
     parser = _Parser(prog=PROG, description="Tasks with Telegram reminders (the vazifalar side).")
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -262,10 +262,35 @@ def build_parser() -> argparse.ArgumentParser:
     _env_flag(listing, "--user", ENV_USER, metavar="ID", help_text="only this user's tasks")
     listing.add_argument("--json", action="store_true", help="print JSON instead of a table")
     listing.set_defaults(handler=_list)
+
+    migrate = commands.add_parser(
+        "migrate", parents=[common], help="create or upgrade the outbox's and the domain's tables"
+    )
+    migrate.set_defaults(handler=None, standalone=_migrate)
+    demo = commands.add_parser("demo", help="the whole story on the embedded defaults")
+    demo.set_defaults(handler=None, standalone=_demo)
     return parser
 
 
+def _migrate(args: argparse.Namespace) -> None:
+    from reminders.migrate import migrate_all  # noqa: PLC0415 - Alembic only when migrating
+
+    url = resolve_url(args.database_url)
+    print(f"database {redact_url(url)}", file=sys.stderr)
+    migrate_all(url)
+    print("the outbox and vazifalar tables are up to date")
+
+
+def _demo(_args: argparse.Namespace) -> None:
+    from reminders.demo import run_demo  # noqa: PLC0415 - needs the demo extras
+
+    run_demo()
+
+
 def _run(args: argparse.Namespace) -> None:
+    if args.handler is None:
+        args.standalone(args)
+        return
     handler: Handler = args.handler
     url = resolve_url(args.database_url)
     engine = create_engine(url)

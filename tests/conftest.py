@@ -20,10 +20,10 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from outbox import migrate
 from outbox.db import create_engine, normalize_url, with_database
 from outbox.embedded import embedded_url
 from outbox.fake_telegram import FakeTelegram
+from reminders.migrate import migrate_all
 
 if TYPE_CHECKING:
     from tests.support import Relays
@@ -53,7 +53,7 @@ def template_url(server_url: str) -> Iterator[str]:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')
         conn.execute(f'CREATE DATABASE "{TEMPLATE}"')
     url = with_database(server_url, TEMPLATE)
-    migrate.upgrade(url)
+    migrate_all(url)
     yield url
     with _admin(server_url) as conn:
         conn.execute(f'DROP DATABASE IF EXISTS "{TEMPLATE}" WITH (FORCE)')

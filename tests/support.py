@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import random
 import signal
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import sqlalchemy as sa
+from sqlalchemy.orm import Session
 
 from outbox import queries
 from outbox.embedded import postgres_bin_dir
@@ -27,11 +29,20 @@ __all__ = [
     "RelayProcess",
     "Relays",
     "enqueue_numbered",
+    "insert_raw",
     "relay_env",
     "row",
     "states",
     "wait_until",
 ]
+
+
+def insert_raw(conn: sa.Connection | Session, key: str, payload: Any) -> None:
+    """A row written by plain SQL, as the lesson's INSERT does: no check on the way in."""
+    conn.execute(
+        sa.text("INSERT INTO outbox (kalit, payload) VALUES (:key, CAST(:payload AS jsonb))"),
+        {"key": key, "payload": json.dumps(payload)},
+    )
 
 
 def relay_env(db_url: str, api_url: str, **settings: str) -> dict[str, str]:
@@ -166,7 +177,7 @@ def wait_until(
 
 def states(engine: sa.Engine) -> dict[str, int]:
     with engine.begin() as conn:
-        return queries.count_by_state(conn)
+        return queries.count_by_state(conn, schema="public")
 
 
 def row(engine: sa.Engine, key: str) -> dict[str, Any]:

@@ -335,7 +335,7 @@ def test_two_operators_replaying_one_row_at_once_replay_it_once(
     second: dict[str, int] = {}
     with engine.connect() as first:
         transaction = first.begin()
-        assert queries.replay(first, [row_id])[0].replayed
+        assert queries.replay(first, [row_id], schema="public")[0].replayed
         thread = threading.Thread(target=lambda: second.update(code=main(["replay", str(row_id)])))
         thread.start()
 
@@ -532,6 +532,7 @@ def test_prune_async_for_the_relay_runs_each_batch_in_its_own_transaction(
         async with await psycopg.AsyncConnection.connect(outbox_db, autocommit=True) as conn:
             return await queries.prune(
                 conn,
+                schema="public",
                 done_older_than_seconds=7 * 86400,
                 markers_older_than_seconds=30 * 86400,
                 batch_size=2,

@@ -96,7 +96,8 @@ def test_a_database_without_the_schema_exits_5(
     code, out, err = run(capsys, *argv)
     assert (code, out) == (5, "")
     assert one_line(err) == (
-        "outbox: the outbox tables are missing in this database: run `outbox migrate` first\n"
+        "outbox: the outbox tables are missing in schema public of this database: "
+        "run `outbox migrate` first\n"
     )
 
 
@@ -145,7 +146,7 @@ def listening_relays(engine: sa.Engine) -> int:
         return int(
             conn.exec_driver_sql(
                 "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() "
-                "AND state = 'idle' AND query = 'LISTEN outbox'"
+                "AND state = 'idle' AND query = 'LISTEN \"outbox\"'"
             ).scalar_one()
         )
 

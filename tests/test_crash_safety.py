@@ -24,6 +24,7 @@ from tests.support import (
     OwnPostgres,
     Relays,
     enqueue_numbered,
+    insert_raw,
     relay_env,
     row,
     states,
@@ -243,7 +244,7 @@ def test_token_never_appears_in_debug_logs_errors_or_argv(
     with engine.begin() as conn:
         for chat in faults:
             enqueue(conn, key=f"s{chat}", payload={"chat_id": chat, "text": "maxfiy emas"})
-        enqueue(conn, key="malformed", payload={"chat_id": "nobody", "text": "x"})
+        insert_raw(conn, "malformed", {"chat_id": "nobody", "text": "x"})
     debug = {"OUTBOX_LOG_LEVEL": "DEBUG", "OUTBOX_BACKOFF_BASE": "0.2s"}
     relay = relays.start(**debug)
     cmdline = Path(f"/proc/{relay.pid}/cmdline").read_bytes()
@@ -284,12 +285,12 @@ def test_a_maintenance_lock_holder_that_hangs_loses_the_lock(db_url: str) -> Non
         hung, other = await async_connect(db_url), await async_connect(db_url)
         try:
             await hung.execute("BEGIN")
-            assert await queries.try_maintenance_lock(hung, idle_seconds=0.5)
+            assert await queries.try_maintenance_lock(hung, schema="public", idle_seconds=0.5)
             async with other.transaction():
-                assert not await queries.try_maintenance_lock(other)
+                assert not await queries.try_maintenance_lock(other, schema="public")
             await asyncio.sleep(1.5)  # hangs in the middle of its round
             async with other.transaction():
-                assert await queries.try_maintenance_lock(other)
+                assert await queries.try_maintenance_lock(other, schema="public")
             with pytest.raises(psycopg.errors.IdleInTransactionSessionTimeout):
                 await hung.execute("SELECT 1")
         finally:

@@ -23,7 +23,7 @@ from outbox.relay import Relay
 from outbox.retry import RetryPolicy
 from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
-from tests.support import Relays, row, states, wait_until
+from tests.support import Relays, insert_raw, row, states, wait_until
 
 BASE = 0.25  # backoff base for the matrix: attempts wait 0.25 s, then 0.5 s
 # Scheduling slack: the fake records a request when it arrives and the database's clock decides
@@ -225,7 +225,7 @@ def test_each_fault_ends_in_the_state_the_policy_table_says(
             fake_telegram.script(case.payload.get("chat_id"), fault, times=times)
     with engine.begin() as conn:
         for case in CASES:
-            enqueue(conn, key=case.key, payload=case.payload)
+            insert_raw(conn, case.key, case.payload)
     relay = relays.start(OUTBOX_BACKOFF_BASE=f"{BASE}s")
     wait_until(
         lambda: all_terminal(engine, len(CASES)), 30, "every row to end", explain=relays.describe

@@ -1,4 +1,4 @@
-"""`outbox demo` (what `make demo` runs) tells the whole story, in a process of its own."""
+"""`reminders demo` (what `make demo` runs) tells the whole story, in a process of its own."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ def test_demo_runs_end_to_end_and_again(tmp_path: Path) -> None:
     env.pop("OUTBOX_DATABASE_URL", None)
     for _ in range(2):  # the second run starts from a clean slate in the same data folder
         ran = subprocess.run(
-            [sys.executable, "-m", "outbox.cli", "demo"],
+            [sys.executable, "-m", "reminders", "demo"],
             env=env,
             capture_output=True,
             text=True,

@@ -33,7 +33,7 @@ async def drain(db_url: str, fake: FakeTelegram, **config: object) -> RunSummary
 
 def states(engine: sa.Engine) -> dict[str, int]:
     with engine.begin() as conn:
-        return queries.count_by_state(conn)
+        return queries.count_by_state(conn, schema="public")
 
 
 def test_enqueue_commits_and_rolls_back_with_the_caller(engine: sa.Engine) -> None:

@@ -218,13 +218,13 @@ def test_a_pause_announced_by_another_relay_is_taken_only_when_it_makes_sense() 
     import psycopg
 
     from outbox.config import RelayConfig
-    from outbox.queries import PAUSE_CHANNEL
     from outbox.relay import Relay
+    from outbox.schema import pause_channel
     from outbox.telegram import NullSender
 
     async def paused_for(payload: str) -> float:
         relay = Relay(RelayConfig(database_url="postgresql:///unused"), NullSender())
-        relay._pause_from_peer(psycopg.Notify(PAUSE_CHANNEL, payload, 4242))
+        relay._pause_from_peer(psycopg.Notify(pause_channel("public"), payload, 4242))
         return relay._limiter.paused_for(asyncio.get_running_loop().time())
 
     assert 2.9 < asyncio.run(paused_for("3")) <= 3.0

@@ -1,4 +1,4 @@
-"""``outbox demo``: the whole story on the embedded defaults, in a few seconds.
+"""``reminders demo`` (``make demo``): the whole story on the embedded defaults, in a few seconds.
 
 An embedded PostgreSQL in ./.outbox, the migrations, the fake Bot API on localhost, a few users
 and tasks created through the vazifalar service, and the relay delivering their reminders: one
@@ -18,7 +18,6 @@ from typing import Any
 import psycopg
 from sqlalchemy.orm import Session
 
-from outbox import migrate
 from outbox.config import RelayConfig
 from outbox.db import create_engine, with_database
 from outbox.embedded import embedded_url
@@ -26,6 +25,8 @@ from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.redact import configure_logging
 from outbox.relay import Relay
 from outbox.telegram import TelegramSender
+from reminders import service
+from reminders.migrate import migrate_all
 
 __all__ = ["run_demo"]
 
@@ -43,8 +44,6 @@ def _fresh_database() -> str:
 
 
 def _create_tasks(url: str, fake: FakeTelegram) -> dict[str, int]:
-    from reminders import service  # noqa: PLC0415 - the domain is the demo's client
-
     now = datetime.now(UTC)
     chats = {"Aziza": 1001, "Bobur": 1002, "Dilnoza": 1003}
     engine = create_engine(url)
@@ -148,7 +147,7 @@ def run_demo() -> int:
     token = f"{secrets.randbelow(10**9) + 10**9}:{secrets.token_urlsafe(24)}"
     print("Starting the embedded PostgreSQL in ./.outbox and applying the migrations ...")
     url = _fresh_database()
-    migrate.upgrade(url)
+    migrate_all(url)
     fake = FakeTelegram(token=token).start_in_thread()
     try:
         print(f"Fake Telegram Bot API listening on {fake.api_url}")

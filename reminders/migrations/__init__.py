@@ -1,0 +1,1 @@
+"""The vazifalar domain's own Alembic history (``reminders migrate``)."""
