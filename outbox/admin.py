@@ -239,11 +239,16 @@ def cmd_status(args: argparse.Namespace) -> int:
             f"lag {out.span(status.lag_seconds)} is over --max-lag "
             f"{out.span(args.max_lag)} (is a relay running?)"
         )
-    if status.stuck:
+    if status.stuck_claims:
         problems.append(
-            f"{status.stuck} claims are older than the {out.span(args.lease)} lease "
-            "(a relay died or hangs; a running relay reaps them within a minute, "
-            "or run `outbox reap`)"
+            f"{status.stuck_claims} claims are older than the {out.span(args.lease)} lease "
+            "or have no claim time (a relay died or hangs, or a row was claimed by hand; "
+            "a running relay reaps them within a minute, or run `outbox reap`)"
+        )
+    if status.never_due:
+        problems.append(
+            f"{status.never_due} pending rows are due at infinity and will never be sent "
+            "(`outbox list --holat kutmoqda`; set their keyingi_urinish, or cancel them)"
         )
     if args.max_failed is not None and status.counts["xato"] > args.max_failed:
         problems.append(
@@ -256,6 +261,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "holat": status.counts,
                 "lag_seconds": status.lag_seconds,
                 "stuck": status.stuck,
+                "stuck_claims": status.stuck_claims,
+                "never_due": status.never_due,
                 "markers": status.markers,
                 "estimated": list(status.estimated),
                 "failed": status.counts["xato"],

@@ -12,6 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from outbox.durations import format_duration
+from outbox.payload import UnreadablePayload
 from outbox.queries import Message, QueueStatus, ReplayResult, SentMarker
 
 span = format_duration  # how every duration is shown to operators
@@ -27,6 +28,8 @@ __all__ = [
     "when",
 ]
 
+# An unreadable payload is shown as its JSON text, clipped to this many characters.
+RAW_PAYLOAD_WIDTH = 2000
 ERROR_WIDTH = 60  # the table's oxirgi_xato column; `outbox show` and --json give it in full
 KEY_WIDTH = 40
 
@@ -108,7 +111,8 @@ def message_json(m: Message) -> dict[str, Any]:
         "oxirgi_xato": m.last_error,
         "yaratilgan": _iso(m.created_at),
         "yangilangan": _iso(m.updated_at),
-        "payload": m.payload,
+        # An unreadable payload (nested too deeply for Python) as its JSON text, in a string.
+        "payload": m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload,
         "tarix": m.history,
         "yuborilgan": _marker_json(m.marker),
     }
@@ -121,8 +125,10 @@ def _marker_text(marker: SentMarker) -> str:
     )
 
 
-def _history_line(entry: dict[str, Any]) -> str:
+def _history_line(entry: Any) -> str:
     """One tarix entry: when, which attempt, then what happened (the error first)."""
+    if not isinstance(entry, dict):
+        return "  " + _plain(entry)  # written by hand
     rest = dict(entry)
     raw_time, attempt = rest.pop("vaqt", None), rest.pop("urinish", None)
     try:
@@ -136,7 +142,14 @@ def _history_line(entry: dict[str, Any]) -> str:
 
 
 def _plain(value: Any) -> str:
-    return value if isinstance(value, str) else json.dumps(value, ensure_ascii=False)
+    return value if isinstance(value, str) else _json_text(value)
+
+
+def _json_text(value: Any, indent: int | None = None) -> str:
+    try:
+        return json.dumps(value, indent=indent, ensure_ascii=False, sort_keys=True)
+    except RecursionError:
+        return "(nested too deeply to print)"
 
 
 def message_lines(m: Message) -> list[str]:
@@ -154,9 +167,12 @@ def message_lines(m: Message) -> list[str]:
         ("yuborilgan", "-" if m.marker is None else _marker_text(m.marker)),
     ]
     lines = [f"{name:<16} {value}" for name, value in fields]
-    lines.append("payload")
-    payload = json.dumps(m.payload, indent=2, ensure_ascii=False, sort_keys=True)
-    lines.extend("  " + line for line in payload.splitlines())
+    if isinstance(m.payload, UnreadablePayload):
+        lines.append(f"payload          unreadable: {m.payload.reason}")
+        lines.append("  " + _clip(m.payload.text, RAW_PAYLOAD_WIDTH))
+    else:
+        lines.append("payload")
+        lines.extend("  " + line for line in _json_text(m.payload, indent=2).splitlines())
     lines.append(f"tarix ({len(m.history)})")
     lines.extend(_history_line(entry) for entry in m.history)
     return lines
@@ -201,7 +217,12 @@ def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[s
             span(status.lag_seconds),
             f"oldest due pending row (max {span(max_lag)})",
         ),
-        ("stuck", str(status.stuck), f"claims older than the {span(lease)} lease"),
+        (
+            "stuck",
+            str(status.stuck),
+            f"claims older than the {span(lease)} lease or without a claim time; "
+            "pending rows never due",
+        ),
         (
             "markers",
             figure("markers", status.markers),

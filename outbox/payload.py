@@ -7,14 +7,29 @@ since plain SQL can write anything into the table.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, NamedTuple
 
-__all__ = ["MAX_TEXT_LENGTH", "MalformedPayload", "send_message_args"]
+__all__ = [
+    "MAX_PAYLOAD_BYTES",
+    "MAX_PAYLOAD_DEPTH",
+    "MAX_TEXT_LENGTH",
+    "MalformedPayload",
+    "UnreadablePayload",
+    "read_json",
+    "send_message_args",
+]
 
 MAX_TEXT_LENGTH = 4096  # Telegram's limit for a message's text, after entity parsing
+# What the outbox table itself accepts (constraints of migration outbox_0002): a payload's
+# JSON text at most this many bytes, its values nested at most this many levels deep. Far above
+# any sendMessage request; they keep out rows that no relay could even decode.
+MAX_PAYLOAD_BYTES = 65536
+MAX_PAYLOAD_DEPTH = 32
 # Telegram: chat ids have at most 52 significant bits.
 _MAX_CHAT_ID = 2**52
+_MAX_CHANNEL_NAME = 32  # characters of a Telegram username
 _PARSE_MODES = ("HTML", "Markdown", "MarkdownV2")
 _OPTIONAL_FLAGS = ("disable_notification", "protect_content")
 _ALLOWED_KEYS = {"chat_id", "text", "parse_mode", "message_thread_id", *_OPTIONAL_FLAGS}
@@ -24,10 +39,34 @@ class MalformedPayload(ValueError):
     """The payload cannot become a sendMessage request; the text names the field."""
 
 
+class UnreadablePayload(NamedTuple):
+    """JSON text from the table that Python cannot decode (nested too deeply, say).
+
+    It stands in for the value, so that the row is failed on its own with ``reason`` instead
+    of the decoding error taking the whole batch (or the relay) down with it.
+    """
+
+    reason: str
+    text: str
+
+
+def read_json(text: str | None) -> Any:
+    """Decode JSON text read from the table; undecodable text becomes an UnreadablePayload."""
+    if text is None:
+        return None
+    try:
+        return json.loads(text)
+    except RecursionError:
+        reason = f"payload is nested too deeply to decode ({len(text)} characters of JSON)"
+    except ValueError as err:
+        reason = f"payload is not valid JSON ({err})"
+    return UnreadablePayload(reason, text)
+
+
 def _chat_id(value: Any) -> int | str:
     if isinstance(value, str) and value.startswith("@"):
-        if len(value) < 2:
-            raise MalformedPayload("chat_id '@' names no channel")
+        if not 2 <= len(value) <= _MAX_CHANNEL_NAME + 1:
+            raise MalformedPayload(f"chat_id {value[:40]!r} is not an @channel name")
         return value
     if isinstance(value, str):
         try:
@@ -41,8 +80,28 @@ def _chat_id(value: Any) -> int | str:
     return value
 
 
+def _text(text: Any, parse_mode: Any) -> str:
+    if not isinstance(text, str) or not text.strip():
+        raise MalformedPayload("text must be a non-empty string")
+    if parse_mode is not None and parse_mode not in _PARSE_MODES:
+        raise MalformedPayload(f"parse_mode must be one of {', '.join(_PARSE_MODES)} or absent")
+    # With a parse mode the markup is stripped before Telegram counts; without one, count here.
+    if parse_mode is None and len(text) > MAX_TEXT_LENGTH:
+        raise MalformedPayload(f"text is {len(text)} characters; Telegram allows {MAX_TEXT_LENGTH}")
+    # The table refuses larger payloads (the other fields take well under 1 KiB): say so here,
+    # in the app's own request.
+    size = len(json.dumps(text, ensure_ascii=False).encode())
+    if size > MAX_PAYLOAD_BYTES - 1024:
+        raise MalformedPayload(
+            f"text takes {size} bytes as JSON; the outbox keeps at most {MAX_PAYLOAD_BYTES - 1024}"
+        )
+    return text
+
+
 def send_message_args(payload: Any) -> dict[str, Any]:
     """Validate a payload and turn it into ``sendMessage`` arguments."""
+    if isinstance(payload, UnreadablePayload):
+        raise MalformedPayload(payload.reason)
     if not isinstance(payload, Mapping):
         # The lesson's plain INSERTs can store any JSON; only an object can be a message.
         raise MalformedPayload(f"payload must be a JSON object, got {type(payload).__name__}")
@@ -50,18 +109,9 @@ def send_message_args(payload: Any) -> dict[str, Any]:
     if unknown:
         raise MalformedPayload(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
     args: dict[str, Any] = {"chat_id": _chat_id(payload.get("chat_id"))}
-    text = payload.get("text")
-    if not isinstance(text, str) or not text.strip():
-        raise MalformedPayload("text must be a non-empty string")
-    parse_mode = payload.get("parse_mode")
-    if parse_mode is not None and parse_mode not in _PARSE_MODES:
-        raise MalformedPayload(f"parse_mode must be one of {', '.join(_PARSE_MODES)} or absent")
-    # With a parse mode the markup is stripped before Telegram counts; without one, count here.
-    if parse_mode is None and len(text) > MAX_TEXT_LENGTH:
-        raise MalformedPayload(f"text is {len(text)} characters; Telegram allows {MAX_TEXT_LENGTH}")
-    args["text"] = text
-    if parse_mode is not None:
-        args["parse_mode"] = parse_mode
+    args["text"] = _text(payload.get("text"), payload.get("parse_mode"))
+    if payload.get("parse_mode") is not None:
+        args["parse_mode"] = payload["parse_mode"]
     thread = payload.get("message_thread_id")
     if thread is not None:
         if isinstance(thread, bool) or not isinstance(thread, int) or not 0 < thread < 2**31:

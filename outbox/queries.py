@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
+import secrets
+import socket
 from collections.abc import Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
@@ -26,6 +29,7 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from outbox.payload import UnreadablePayload, read_json
 from outbox.schema import maintenance_lock_key, notify_channel, pause_channel
 
 __all__ = [
@@ -39,6 +43,7 @@ __all__ = [
     "announce_pause",
     "cancel",
     "claim_due",
+    "claim_holder",
     "count_by_state",
     "count_failed",
     "enqueue",
@@ -194,35 +199,71 @@ class ClaimedRow(NamedTuple):
     id: int
     kind: str
     key: str
-    payload: dict[str, Any]
+    payload: Any  # decoded JSON, or an UnreadablePayload that send_message_args refuses
     attempts: int  # urinish after this claim
     already_sent: bool  # a sent marker exists for the key
     claimed_at: datetime  # band_vaqti of this claim: with attempts, the fencing token
 
 
+# Rows whose claim expired while their relay held other rows too (``yakka``: "alone") are
+# suspects: one of them may be what killed the relay. A process holds such a row alone: it is
+# claimed only by a process that holds nothing (``egasi``, the claiming process), and while it
+# is held, or due, that process claims nothing else. So a row that keeps killing relays dies
+# alone, is charged for it (reap_stale), and ends xato, while its batch mates go out.
 _CLAIM_DUE = """
-UPDATE {outbox} o
-SET holat = 'bajarilmoqda', urinish = o.urinish + 1, band_vaqti = now(), yangilangan = now()
-WHERE o.id IN (
+WITH alone AS (
     SELECT id FROM {outbox}
-    WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
+    WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now()
+      AND NOT EXISTS (SELECT 1 FROM {outbox}
+                      WHERE egasi = %(holder)s AND holat = 'bajarilmoqda')
+    ORDER BY keyingi_urinish, id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+batch AS (
+    SELECT id FROM {outbox}
+    WHERE holat = 'kutmoqda' AND keyingi_urinish <= now() AND NOT yakka
+      AND NOT EXISTS (SELECT 1 FROM {outbox}
+                      WHERE yakka AND ((holat = 'kutmoqda' AND keyingi_urinish <= now())
+                                       OR (holat = 'bajarilmoqda' AND egasi = %(holder)s)))
     ORDER BY keyingi_urinish, id
     LIMIT %(limit)s
     FOR UPDATE SKIP LOCKED
 )
-RETURNING o.id, o.tur, o.kalit, o.payload, o.urinish,
+UPDATE {outbox} o
+SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
+    egasi = %(holder)s, yangilangan = now()
+WHERE o.id IN (SELECT id FROM alone UNION ALL SELECT id FROM batch)
+RETURNING o.id, o.tur, o.kalit, o.payload::text, o.urinish,
           (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL, o.band_vaqti
 """
 # The marker check is a scalar subquery on purpose: it is always one primary-key probe per
 # claimed row. Postgres may run an EXISTS as a hash of the whole marker table instead, which
 # grows with every message ever sent.
+# The payload comes as text and is decoded row by row (read_json): a payload that Python
+# cannot decode fails its own row, not the claim that has already committed.
+# urinish stays within the table's 0..1000 (outbox_0002): an absurd count written by hand
+# (or a table without the constraint) cannot make the claim itself fail, for every relay.
+
+
+@functools.cache
+def _holder_of(pid: int) -> str:
+    return f"{socket.gethostname()[:60]}:{pid}:{secrets.token_hex(4)}"
+
+
+def claim_holder() -> str:
+    """Who claims: this process (everything it holds dies with it), named for operators."""
+    return _holder_of(os.getpid())
 
 
 async def claim_due(conn: AsyncConn, limit: int, *, schema: str) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows in one statement; other relays skip them."""
-    cursor = await conn.execute(_sql(_CLAIM_DUE, schema), {"limit": limit})
-    make = ClaimedRow._make
-    return [make(row) for row in await cursor.fetchall()]
+    params = {"limit": limit, "holder": claim_holder()}
+    cursor = await conn.execute(_sql(_CLAIM_DUE, schema), params)
+    return [
+        ClaimedRow(row_id, kind, key, read_json(payload), attempts, sent, claimed_at)
+        for row_id, kind, key, payload, attempts, sent, claimed_at in await cursor.fetchall()
+    ]
 
 
 class Outcome(NamedTuple):
@@ -270,6 +311,8 @@ SET holat = r.holat,
                            THEN now() + make_interval(secs => r.delay)
                            ELSE o.keyingi_urinish END,
     band_vaqti = NULL,
+    egasi = NULL,
+    yakka = false,
     oxirgi_xato = coalesce(r.xato, o.oxirgi_xato),
     tarix = CASE WHEN r.xato IS NULL THEN o.tarix
                  ELSE o.tarix || jsonb_build_array(jsonb_build_object(
@@ -329,8 +372,10 @@ async def still_claimed(conn: AsyncConn, row: ClaimedRow, *, schema: str) -> boo
     return await cursor.fetchone() is not None
 
 
+# Through epochs, not a timestamp difference: a due time of +-infinity (which the table
+# refuses since outbox_0002) gives +-inf here instead of an error in every idle relay.
 _SECONDS_UNTIL_NEXT_DUE = """
-SELECT extract(epoch FROM min(keyingi_urinish) - now())::float8
+SELECT (extract(epoch FROM min(keyingi_urinish)) - extract(epoch FROM now()))::float8
 FROM {outbox} WHERE holat = 'kutmoqda'
 """
 
@@ -370,21 +415,50 @@ async def try_maintenance_lock(conn: AsyncConn, *, schema: str, idle_seconds: fl
     return bool(row and row[0])
 
 
-# A claim older than the lease belongs to a relay that died or hangs. The attempt it made
-# counts: the message may have gone out before the relay vanished.
+# A claim older than the lease (or without a claim time) belongs to a relay that died or
+# hangs. When the relay held this row alone, the attempt counts: the message may have gone out,
+# or the row itself may be what kills relays. When it held other rows too, nothing says which
+# row was at fault: the attempt is given back and the row becomes a suspect, claimed alone
+# next time (see _CLAIM_DUE), so that a poison row narrows down to itself. egasi stays on a
+# reaped row until its next claim: the rows of one dead process are counted together even when
+# their claims expire in different rounds.
 _REAP_STALE = """
-UPDATE {outbox}
-SET holat = CASE WHEN urinish >= %(max_attempts)s THEN 'xato' ELSE 'kutmoqda' END,
+WITH expired AS (
+    SELECT id, egasi FROM {outbox}
+    WHERE holat = 'bajarilmoqda'
+      AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
+           OR band_vaqti < now() - make_interval(secs => %(lease)s))
+),
+held AS (
+    SELECT egasi, count(*) AS rows FROM {outbox}
+    WHERE egasi IN (SELECT egasi FROM expired) AND holat IN ('bajarilmoqda', 'kutmoqda')
+    GROUP BY egasi
+),
+r AS (
+    SELECT e.id, coalesce(h.rows, 1) > 1 AS shared, coalesce(h.rows, 1) AS rows
+    FROM expired e LEFT JOIN held h USING (egasi)
+)
+UPDATE {outbox} o
+SET holat = CASE WHEN NOT r.shared AND o.urinish >= %(max_attempts)s THEN 'xato'
+                 ELSE 'kutmoqda' END,
+    urinish = CASE WHEN r.shared THEN greatest(o.urinish - 1, 0) ELSE o.urinish END,
+    yakka = true,
     keyingi_urinish = now(),
     band_vaqti = NULL,
-    oxirgi_xato = CASE WHEN urinish >= %(max_attempts)s
+    oxirgi_xato = CASE
+        WHEN r.shared THEN 'claim expired after ' || %(lease)s || ' s while its relay held '
+            || r.rows || ' rows (relay died or hung); retrying alone, attempt not counted'
+        WHEN o.urinish >= %(max_attempts)s
         THEN 'claim expired after ' || %(lease)s || ' s and all attempts are used up'
         ELSE 'claim expired after ' || %(lease)s || ' s (relay died or hung); retrying' END,
-    tarix = tarix || jsonb_build_array(jsonb_build_object(
-        'vaqt', now(), 'urinish', urinish, 'xato', 'claim expired (reaped)')),
+    tarix = o.tarix || jsonb_build_array(jsonb_build_object(
+        'vaqt', now(), 'urinish', o.urinish, 'xato', 'claim expired (reaped)')),
     yangilangan = now()
-WHERE holat = 'bajarilmoqda' AND band_vaqti < now() - make_interval(secs => %(lease)s)
-RETURNING holat
+FROM r
+WHERE o.id = r.id AND o.holat = 'bajarilmoqda'
+  AND (o.band_vaqti IS NULL OR o.band_vaqti = 'infinity'
+       OR o.band_vaqti < now() - make_interval(secs => %(lease)s))
+RETURNING o.holat
 """
 
 
@@ -429,20 +503,29 @@ class Message:
     id: int
     kind: str
     key: str
-    payload: dict[str, Any]
+    payload: Any  # decoded JSON; an UnreadablePayload when Python cannot decode it
     state: str
     attempts: int
-    next_attempt_at: datetime
+    # Times are None when the row holds +-infinity there (written by hand): Python has no such
+    # datetime, and reading a row must not fail on one.
+    next_attempt_at: datetime | None
     claimed_at: datetime | None
     last_error: str | None
-    history: list[dict[str, Any]]
-    created_at: datetime
-    updated_at: datetime
+    history: list[Any]
+    created_at: datetime | None
+    updated_at: datetime | None
     marker: SentMarker | None
 
 
 def _marker(chat_id: Any, message_id: Any, sent_at: Any) -> SentMarker | None:
     return None if message_id is None else SentMarker(int(chat_id), int(message_id), sent_at)
+
+
+def _history(text: str) -> list[Any]:
+    history = read_json(text)
+    if isinstance(history, UnreadablePayload):
+        return [{"xato": f"tarix is unreadable: {history.reason}"}]
+    return history if isinstance(history, list) else [history]
 
 
 def _message(row: Sequence[Any]) -> Message:
@@ -451,23 +534,28 @@ def _message(row: Sequence[Any]) -> Message:
         id=row_id,
         kind=kind,
         key=key,
-        payload=payload,
+        payload=read_json(payload),
         state=state,
         attempts=attempts,
         next_attempt_at=run_at,
         claimed_at=claimed_at,
         last_error=error,
-        history=history,
+        history=_history(history),
         created_at=row[10],
         updated_at=row[11],
         marker=_marker(*row[12:]),
     )
 
 
-_MESSAGE_COLUMNS = """
-    o.id, o.tur, o.kalit, o.payload, o.holat, o.urinish, o.keyingi_urinish, o.band_vaqti,
-    o.oxirgi_xato, o.tarix, o.yaratilgan, o.yangilangan,
-    y.chat_id, y.message_id, y.yuborilgan_vaqt
+def _finite(column: str) -> str:
+    return f"CASE WHEN isfinite({column}) THEN {column} END"
+
+
+# Payload and tarix come as text, decoded with a fallback (read_json): any row can be shown.
+_MESSAGE_COLUMNS = f"""
+    o.id, o.tur, o.kalit, o.payload::text, o.holat, o.urinish, {_finite("o.keyingi_urinish")},
+    {_finite("o.band_vaqti")}, o.oxirgi_xato, o.tarix::text, {_finite("o.yaratilgan")},
+    {_finite("o.yangilangan")}, y.chat_id, y.message_id, y.yuborilgan_vaqt
 """
 
 _LIST_MESSAGES = f"""
@@ -509,10 +597,15 @@ def get_message(conn: SyncConn, message_id: int, *, schema: str) -> Message | No
 class QueueStatus:
     counts: dict[str, int]  # rows per holat
     lag_seconds: float  # age of the oldest due pending row; 0 when none is due
-    stuck: int  # rows in bajarilmoqda whose claim is older than the lease
+    stuck: int  # rows that do not move on: stuck_claims + never_due
     markers: int
     # Figures read from the planner's statistics instead of counted: "bajarildi", "markers".
     estimated: tuple[str, ...] = ()
+    # Claims older than the lease or without a claim time (the reaper returns them).
+    stuck_claims: int = 0
+    # Pending rows due at infinity: no relay ever claims them (the table refuses them since
+    # outbox_0002, but a table migrated before may hold some).
+    never_due: int = 0
 
 
 # A status is a health check, run often: the live states are counted through their partial
@@ -527,9 +620,12 @@ SELECT
     (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'),
     (SELECT count(*) FROM {outbox} WHERE holat = 'xato'),
     (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
-     FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()),
+     FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
+                     AND keyingi_urinish > '-infinity'),
     (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'
-                                   AND band_vaqti < now() - make_interval(secs => :lease)),
+        AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
+             OR band_vaqti < now() - make_interval(secs => :lease))),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity'),
     (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass),
     (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
 """
@@ -543,7 +639,7 @@ def queue_status(
 ) -> QueueStatus:
     threshold = EXACT_COUNT_BELOW if exact_below is None else exact_below
     row = _execute(conn, schema, _QUEUE_STATUS, {"lease": float(lease_seconds)}).one()
-    pending, in_progress, failed, lag, stuck, outbox_rows, marker_rows = row
+    pending, in_progress, failed, lag, stuck, never_due, outbox_rows, marker_rows = row
     estimated: list[str] = []
     # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
     if outbox_rows >= threshold:
@@ -560,9 +656,11 @@ def queue_status(
     return QueueStatus(
         counts={state: int(n) for state, n in counts.items()},
         lag_seconds=max(float(lag), 0.0),
-        stuck=int(stuck),
+        stuck=int(stuck) + int(never_due),
         markers=int(markers),
         estimated=tuple(estimated),
+        stuck_claims=int(stuck),
+        never_due=int(never_due),
     )
 
 
@@ -608,6 +706,8 @@ WITH replayed AS (
         urinish = 0,
         keyingi_urinish = now(),
         band_vaqti = NULL,
+        egasi = NULL,
+        yakka = false,
         oxirgi_xato = NULL,
         tarix = o.tarix || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
             'vaqt', now(),
