@@ -25,6 +25,7 @@ import signal
 import threading
 import time
 from collections import deque
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, replace
 from http import HTTPStatus
 from typing import Any
@@ -318,6 +319,9 @@ class FakeTelegram:
         self._message_ids: dict[int, int] = {}
         self._limiter = _Limiter()
         self.rejected_429 = 0
+        # Called with the chat id of every well-formed sendMessage before it is answered, on the
+        # server's thread: tests inject faults that are not answers (the sender killed mid-send).
+        self.on_send: Callable[[int], None] | None = None
         self._host = "127.0.0.1"
         self._port = 0
         self._runner: web.AppRunner | None = None
@@ -450,6 +454,8 @@ class FakeTelegram:
         chat_id, text, plain, parse_mode, problem = _check_send(params)
         if problem is not None or chat_id is None:
             return await self._answer(chat_id, method, at, _error(400, f"Bad Request: {problem}"))
+        if self.on_send is not None:
+            self.on_send(chat_id)
         with self._lock:
             wait = self._limiter.admit(chat_id, time.monotonic()) if self.enforce_limits else 0
             fault = None if wait else self._take_fault(chat_id)

@@ -206,8 +206,10 @@ def test_relay_maintenance_applies_retention(
 def test_payload_that_is_not_an_object_fails_at_once(
     engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
 ) -> None:
-    # The lesson's plain INSERTs accept any JSON; the relay must not strand such a row.
+    # The table refuses such rows since outbox_0002; the relay must not strand one all the
+    # same (a table whose constraint was dropped, or rows written before the migration).
     with engine.begin() as conn:
+        conn.exec_driver_sql("ALTER TABLE outbox DROP CONSTRAINT outbox_payload_object")
         conn.exec_driver_sql(
             "INSERT INTO outbox (kalit, payload) VALUES ('list', '[1, 2]'), ('number', '42')"
         )

@@ -1,0 +1,390 @@
+"""One bad row never stops the queue, and never takes good messages down with it.
+
+Rows written by plain SQL beside good rows, through real relay processes and the fake Bot API:
+the relay stays up, the bad row ends in a clear state, every good row goes out once. Most of
+these rows are refused by the table since migration outbox_0002; the relay is tested without
+those constraints too, since a table migrated earlier, or altered by hand, may hold them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+import sqlalchemy as sa
+
+from outbox import api, migrate
+from outbox.db import create_engine
+from outbox.fake_telegram import FakeTelegram
+from tests.support import Relays, enqueue_numbered, states, wait_until
+
+GOOD = 20
+FIRST_CHAT = 1000
+DEEP = "[" * 1000 + "]" * 1000
+ROW_LIMITS = (
+    "outbox_payload_object",
+    "outbox_payload_size",
+    "outbox_payload_depth",
+    "outbox_urinish_range",
+    "outbox_keyingi_urinish_finite",
+    "outbox_band_vaqti_finite",
+    "outbox_claimed_has_band_vaqti",
+)
+
+
+def drop_row_limits(engine: sa.Engine) -> None:
+    """The table as it was before outbox_0002's constraints: plain SQL writes anything."""
+    with engine.begin() as conn:
+        for name in ROW_LIMITS:
+            conn.exec_driver_sql(f"ALTER TABLE outbox DROP CONSTRAINT {name}")
+
+
+def execute(engine: sa.Engine, statement: str) -> None:
+    with engine.begin() as conn:
+        conn.exec_driver_sql(statement)
+
+
+def row(engine: sa.Engine, key: str) -> dict[str, Any]:
+    """One row's state by key, without its payload (psycopg cannot decode a deep one)."""
+    with engine.begin() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT id, holat, urinish, oxirgi_xato FROM outbox WHERE kalit = %(k)s", {"k": key}
+        )
+        return dict(found.mappings().one())
+
+
+def outbox_cli(db_url: str, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    env["OUTBOX_DATABASE_URL"] = db_url
+    return subprocess.run(
+        [sys.executable, "-m", "outbox.cli", *argv],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+@dataclass(frozen=True)
+class BadRow:
+    name: str
+    sql: str  # written after the good rows; the bad row's kalit is 'bad'
+    state: str  # where the bad row ends
+    error: str | None  # a fragment of its oxirgi_xato
+    sent: int  # how many times Telegram receives it
+
+
+_INSERT = "INSERT INTO outbox (kalit, payload) VALUES ('bad', '{payload}')"
+_GOOD_PAYLOAD = '{"chat_id": 7, "text": "yaxshi"}'
+
+BAD_ROWS = [
+    BadRow(
+        "payload nested 1,000 levels deep",
+        _INSERT.format(payload='{"chat_id": 7, "text": "x", "deep": ' + DEEP + "}"),
+        "xato",
+        "payload is nested too deeply to decode",
+        0,
+    ),
+    BadRow(
+        "urinish at the integer's end",
+        _INSERT.format(payload=_GOOD_PAYLOAD)
+        + "; UPDATE outbox SET urinish = 2147483647 WHERE kalit = 'bad'",
+        "bajarildi",
+        None,
+        1,
+    ),
+    BadRow(
+        "keyingi_urinish = infinity",
+        _INSERT.format(payload=_GOOD_PAYLOAD)
+        + "; UPDATE outbox SET keyingi_urinish = 'infinity' WHERE kalit = 'bad'",
+        "kutmoqda",  # never due: `outbox status` reports it (test below)
+        None,
+        0,
+    ),
+    BadRow(
+        "keyingi_urinish = -infinity",
+        _INSERT.format(payload=_GOOD_PAYLOAD)
+        + "; UPDATE outbox SET keyingi_urinish = '-infinity' WHERE kalit = 'bad'",
+        "bajarildi",
+        None,
+        1,
+    ),
+    BadRow(
+        "bajarilmoqda without band_vaqti",
+        _INSERT.format(payload=_GOOD_PAYLOAD)
+        + "; UPDATE outbox SET holat = 'bajarilmoqda', urinish = 1 WHERE kalit = 'bad'",
+        "bajarildi",  # reaped at once, then sent
+        None,
+        1,
+    ),
+    BadRow(
+        "chat_id beyond bigint",
+        _INSERT.format(payload='{"chat_id": 9223372036854775899, "text": "katta"}'),
+        "xato",
+        "is not a Telegram chat id",
+        0,
+    ),
+    BadRow(
+        "parse_mode null with 5,000 characters",
+        _INSERT.format(payload='{"chat_id": 7, "parse_mode": null, "text": "' + "u" * 5000 + '"}'),
+        "xato",
+        "text is 5000 characters",
+        0,
+    ),
+    BadRow(
+        "chat_id 0",
+        _INSERT.format(payload='{"chat_id": 0, "text": "hech kim"}'),
+        "xato",
+        "chat_id 0 is not a Telegram chat id",
+        0,
+    ),
+    BadRow(
+        "payload a JSON string",
+        _INSERT.format(payload='"salom"'),
+        "xato",
+        "payload must be a JSON object",
+        0,
+    ),
+]
+
+
+@pytest.mark.parametrize("bad", BAD_ROWS, ids=[b.name for b in BAD_ROWS])
+def test_a_bad_row_beside_good_rows(
+    bad: BadRow, engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    drop_row_limits(engine)
+    enqueue_numbered(engine, GOOD, first_chat=FIRST_CHAT)
+    execute(engine, bad.sql)
+    relay = relays.start(OUTBOX_LEASE="2s", OUTBOX_BATCH_SIZE="64")
+
+    def settled() -> bool:
+        good = states(engine)["bajarildi"] - (1 if bad.state == "bajarildi" else 0)
+        return good == GOOD and row(engine, "bad")["holat"] == bad.state
+
+    wait_until(
+        settled, 30, f"the good rows delivered and the bad row {bad.state}", explain=relay.describe
+    )
+    per_chat = Counter(d.chat_id for d in fake_telegram.delivered)
+    assert {chat: per_chat[chat] for chat in range(FIRST_CHAT, FIRST_CHAT + GOOD)} == dict.fromkeys(
+        range(FIRST_CHAT, FIRST_CHAT + GOOD), 1
+    )
+    bad_sends = [
+        r for r in fake_telegram.requests if r.chat_id is not None and r.chat_id < FIRST_CHAT
+    ]
+    assert len(bad_sends) == bad.sent
+    found = row(engine, "bad")
+    if bad.error is not None:
+        assert bad.error in found["oxirgi_xato"]
+    # Idle now, with the bad row still there: the relay lives on, and a drain ends cleanly.
+    assert relay.alive(), relay.describe()
+    assert relay.stop() == 0, relay.describe()
+    assert "Traceback" not in relay.stderr, relay.describe()
+    drain = relays.start("--drain")
+    assert drain.wait(30) == 0, drain.describe()
+    shown = outbox_cli(db_url, "show", str(found["id"]))
+    assert shown.returncode == 0 and "Traceback" not in shown.stderr, shown.stderr
+
+
+def test_the_table_refuses_rows_no_relay_could_deliver(engine: sa.Engine) -> None:
+    refused = {
+        "outbox_payload_depth": _INSERT.format(payload='{"a": ' + DEEP + "}"),
+        "outbox_payload_object": _INSERT.format(payload="[1, 2]"),
+        "outbox_payload_size": _INSERT.format(payload='{"text": "' + "x" * 70_000 + '"}'),
+        "outbox_urinish_range": "INSERT INTO outbox (payload, urinish) VALUES ('{}', 2147483647)",
+        "outbox_keyingi_urinish_finite": (
+            "INSERT INTO outbox (payload, keyingi_urinish) VALUES ('{}', 'infinity')"
+        ),
+        "outbox_band_vaqti_finite": (
+            "INSERT INTO outbox (payload, band_vaqti) VALUES ('{}', '-infinity')"
+        ),
+        "outbox_claimed_has_band_vaqti": (
+            "INSERT INTO outbox (payload, holat) VALUES ('{}', 'bajarilmoqda')"
+        ),
+    }
+    for constraint, statement in refused.items():
+        with pytest.raises(sa.exc.IntegrityError, match=constraint):
+            execute(engine, statement)
+    # The lesson's INSERT still works, and so does a payload nested 32 levels deep.
+    execute(
+        engine,
+        "INSERT INTO outbox (tur, kalit, payload) "
+        """VALUES ('eslatma', 'dars', '{"chat_id": 42, "text": "Salom"}')""",
+    )
+    nested = '{"a": ' * 31 + "1" + "}" * 31
+    execute(engine, _INSERT.format(payload=nested))
+    assert states(engine)["kutmoqda"] == 2
+
+
+def test_status_counts_rows_stuck_in_any_way_and_show_prints_any_row(
+    engine: sa.Engine, db_url: str
+) -> None:
+    drop_row_limits(engine)
+    execute(engine, _INSERT.format(payload='{"deep": ' + DEEP + "}"))
+    execute(
+        engine,
+        "INSERT INTO outbox (kalit, payload, holat, keyingi_urinish, band_vaqti, yaratilgan, tarix)"
+        " VALUES ('never', '{}', 'kutmoqda', 'infinity', NULL, '-infinity', '7'),"
+        " ('unclaimed', '{}', 'bajarilmoqda', now(), NULL, now(), '[]'),"
+        " ('expired', '{}', 'bajarilmoqda', now(), now() - interval '1 hour', now(), '[]')",
+    )
+    with engine.begin() as conn:
+        status = api.queue_status(conn, lease_seconds=300)
+    assert (status.stuck, status.stuck_claims, status.never_due) == (3, 2, 1)
+
+    result = outbox_cli(db_url, "status", "--json")
+    assert result.returncode == 8, result.stderr
+    report = json.loads(result.stdout)
+    assert (report["stuck"], report["stuck_claims"], report["never_due"]) == (3, 2, 1)
+    assert "2 claims are older than the 5m lease or have no claim time" in result.stderr
+    assert "1 pending rows are due at infinity" in result.stderr
+
+    for key in ("bad", "never", "unclaimed"):
+        row_id = str(row(engine, key)["id"])
+        for argv in (("show", row_id), ("show", row_id, "--json"), ("list",), ("list", "--json")):
+            shown = outbox_cli(db_url, *argv)
+            assert shown.returncode == 0, (argv, shown.stderr)
+            assert "Traceback" not in shown.stderr
+    shown = outbox_cli(db_url, "show", str(row(engine, "bad")["id"]))
+    assert "unreadable: payload is nested too deeply to decode" in shown.stdout
+    as_json = outbox_cli(db_url, "show", str(row(engine, "bad")["id"]), "--json")
+    assert json.loads(as_json.stdout)["payload"].startswith('{"deep": [[[')
+
+
+def test_the_migration_fails_offending_rows_with_the_reason_and_loses_none(
+    empty_db_url: str,
+) -> None:
+    url = empty_db_url
+    migrate.upgrade(url, "outbox_0001")
+    engine = create_engine(url)
+    try:
+        bad = {
+            "deep": ("kutmoqda", "payload", '\'{"a": ' + DEEP + "}'", "nested more than 32"),
+            "list": ("kutmoqda", "payload", "'[1, 2]'", "payload is a JSON array"),
+            "huge": ("xato", "payload", '\'{"text": "' + "x" * 70_000 + "\"}'", "more than 65536"),
+            "attempts": ("kutmoqda", "urinish", "2147483647", "urinish 2147483647 is outside"),
+            "never": ("kutmoqda", "keyingi_urinish", "'infinity'", "keyingi_urinish is infinity"),
+            "unclaimed": ("bajarilmoqda", "band_vaqti", "NULL", "without a claim time"),
+            "done_deep": ("bajarildi", "payload", '\'{"a": ' + DEEP + "}'", "nested more than"),
+        }
+        with engine.begin() as conn:
+            for i in range(3):
+                conn.exec_driver_sql(
+                    "INSERT INTO outbox (kalit, payload) VALUES "
+                    f"""('good{i}', '{{"chat_id": {FIRST_CHAT + i}, "text": "yaxshi"}}')"""
+                )
+            for key, (state, column, value, _) in bad.items():
+                conn.exec_driver_sql(
+                    "INSERT INTO outbox (kalit, payload, holat, band_vaqti) VALUES "
+                    f"""('{key}', '{{"chat_id": 1, "text": "x"}}', '{state}', now())"""
+                )
+                conn.exec_driver_sql(f"UPDATE outbox SET {column} = {value} WHERE kalit = '{key}'")
+            before = {
+                key: text
+                for key, text in conn.exec_driver_sql("SELECT kalit, payload::text FROM outbox")
+            }
+
+        migrate.upgrade(url)
+
+        with engine.begin() as conn:
+            rows = {
+                r.kalit: r
+                for r in conn.exec_driver_sql(
+                    "SELECT kalit, holat, payload::text AS payload, oxirgi_xato, "
+                    "tarix::text AS tarix FROM outbox"
+                )
+            }
+        assert set(rows) == set(before), "a row was lost"
+        for i in range(3):
+            good = rows[f"good{i}"]
+            assert (good.holat, good.payload, good.oxirgi_xato) == (
+                "kutmoqda",
+                before[f"good{i}"],
+                None,
+            )
+        for key, (state, column, _, reason) in bad.items():
+            found = rows[key]
+            assert found.holat == ("bajarildi" if state == "bajarildi" else "xato"), key
+            assert found.oxirgi_xato.startswith("refused by migration outbox_0002: "), key
+            assert reason in found.oxirgi_xato, (key, found.oxirgi_xato)
+            history = json.loads(found.tarix)
+            assert history[-1]["hodisa"] == "migration outbox_0002"
+            assert history[-1]["holat"] == state
+            if column == "payload":
+                assert found.payload == "{}"
+                assert history[-1]["payload"] == before[key], "the payload was not kept"
+        with pytest.raises(sa.exc.IntegrityError, match="outbox_payload_depth"):
+            execute(engine, _INSERT.format(payload='{"a": ' + DEEP + "}"))
+    finally:
+        engine.dispose()
+
+
+# --- a row that kills its relay -----------------------------------------------------------------
+
+POISON_CHAT = 666
+MAX_ATTEMPTS = 3
+
+
+def test_a_row_that_kills_every_relay_dies_alone_and_its_batch_is_delivered(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    """The poison row (a fault injected here: the Bot API kills the relay process that sends to
+    its chat) is claimed in one batch with nine good rows. The relay dies with all ten in hand;
+    its successors find the row that does it, charge it alone, and deliver the other nine."""
+    good = 9
+    with engine.begin() as conn:
+        for i in range(good + 1):
+            chat = POISON_CHAT if i == 4 else FIRST_CHAT + i
+            conn.exec_driver_sql(
+                "INSERT INTO outbox (kalit, payload) VALUES "
+                f"""('r{i}', '{{"chat_id": {chat}, "text": "xabar {i}"}}')"""
+            )
+
+    def kill_the_sender(chat_id: int) -> None:
+        if chat_id == POISON_CHAT:
+            for relay in relays.started:
+                if relay.alive():
+                    os.kill(relay.pid, signal.SIGKILL)
+
+    fake_telegram.on_send = kill_the_sender
+    # Answers come late, so that the first relay dies before it records any of its batch.
+    fake_telegram.latency = 0.3
+    settings = {
+        "OUTBOX_LEASE": "2s",
+        "OUTBOX_MAX_ATTEMPTS": str(MAX_ATTEMPTS),
+        "OUTBOX_CONCURRENCY": "10",
+        "OUTBOX_BATCH_SIZE": "10",
+    }
+
+    def settled() -> bool:
+        if not any(r.alive() for r in relays.started):
+            relays.start(**settings)  # the supervisor: a relay that dies is started again
+        counts = states(engine)
+        return counts["bajarildi"] + counts["xato"] == good + 1
+
+    wait_until(settled, 90, "every row to be done or failed", explain=relays.describe)
+    poison = row(engine, "r4")
+    assert poison["holat"] == "xato", relays.describe()
+    assert "all attempts are used up" in poison["oxirgi_xato"]
+    for i in (*range(4), *range(5, good + 1)):
+        found = row(engine, f"r{i}")
+        assert found["holat"] == "bajarildi", (i, found, relays.describe())
+        # The batch's death was not counted against it: one claim, the one that sent it.
+        assert found["urinish"] == 1, (i, found)
+    delivered = Counter(d.chat_id for d in fake_telegram.delivered)
+    for i in (*range(4), *range(5, good + 1)):
+        # Once, or twice when the first relay's request reached Telegram before it died.
+        assert 1 <= delivered[FIRST_CHAT + i] <= 2
+    poison_sends = [r for r in fake_telegram.requests if r.chat_id == POISON_CHAT]
+    # Once in the batch, then alone until its attempts were used up.
+    assert len(poison_sends) == 1 + MAX_ATTEMPTS
+    survivor = relays.started[-1]
+    assert survivor.alive(), relays.describe()
+    assert survivor.stop() == 0, survivor.describe()
