@@ -214,6 +214,9 @@ _CLAIM_DUE = """
 WITH alone AS (
     SELECT id FROM {outbox}
     WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now()
+      -- Asked first, so that the common case (no suspect due) skips the second question.
+      AND EXISTS (SELECT 1 FROM {outbox}
+                  WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now())
       AND NOT EXISTS (SELECT 1 FROM {outbox}
                       WHERE egasi = %(holder)s AND holat = 'bajarilmoqda')
     ORDER BY keyingi_urinish, id
