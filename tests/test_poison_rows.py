@@ -8,6 +8,7 @@ those constraints too, since a table migrated earlier, or altered by hand, may h
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -20,8 +21,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from outbox import api, migrate
-from outbox.db import create_engine
+from outbox import api, migrate, queries
+from outbox.db import async_connect, create_engine
 from outbox.fake_telegram import FakeTelegram
 from tests.support import Relays, enqueue_numbered, states, wait_until
 
@@ -388,3 +389,65 @@ def test_a_row_that_kills_every_relay_dies_alone_and_its_batch_is_delivered(
     survivor = relays.started[-1]
     assert survivor.alive(), relays.describe()
     assert survivor.stop() == 0, survivor.describe()
+
+
+# --- the reaper's accounting and the claim of suspects, statement by statement ---------------
+
+
+def test_an_expired_claim_counts_only_for_a_row_its_relay_held_alone(
+    engine: sa.Engine, db_url: str
+) -> None:
+    claimed = "holat = 'bajarilmoqda', urinish = 2, band_vaqti = now() - interval '1 hour'"
+    with engine.begin() as conn:
+        for key, holder in (("a", "dead:1"), ("b", "dead:1"), ("c", "dead:1"), ("d", "dead:2")):
+            conn.exec_driver_sql(
+                f"INSERT INTO outbox (kalit, payload) VALUES ('{key}', '{{}}'); "
+                f"UPDATE outbox SET {claimed}, egasi = '{holder}' WHERE kalit = '{key}'"
+            )
+        conn.exec_driver_sql(  # claimed by hand: nobody to share the blame with
+            "INSERT INTO outbox (kalit, payload) VALUES ('e', '{}'); "
+            f"UPDATE outbox SET {claimed.replace('= 2', '= 3')} WHERE kalit = 'e'"
+        )
+
+    async def reap() -> dict[str, int]:
+        conn = await async_connect(db_url)
+        try:
+            return await queries.reap_stale(conn, schema="public", lease_seconds=60, max_attempts=3)
+        finally:
+            await conn.close()
+
+    assert asyncio.run(reap()) == {"kutmoqda": 4, "xato": 1}
+    for key in "abc":
+        found = row(engine, key)
+        assert (found["holat"], found["urinish"]) == ("kutmoqda", 1), key
+        assert "while its relay held 3 rows" in found["oxirgi_xato"]
+    assert (row(engine, "d")["holat"], row(engine, "d")["urinish"]) == ("kutmoqda", 2)
+    assert row(engine, "e")["holat"] == "xato"
+    with engine.begin() as conn:
+        alone = conn.exec_driver_sql("SELECT count(*) FROM outbox WHERE yakka").scalar_one()
+    assert alone == 5
+
+
+def test_a_suspect_is_claimed_alone_and_holds_back_every_batch(
+    engine: sa.Engine, db_url: str
+) -> None:
+    enqueue_numbered(engine, 5, first_chat=FIRST_CHAT)
+    execute(engine, "UPDATE outbox SET yakka = true WHERE kalit IN ('n1', 'n3')")
+
+    async def claims() -> list[list[str]]:
+        conn = await async_connect(db_url)
+        try:
+            taken = []
+            for _ in range(3):
+                rows = await queries.claim_due(conn, 10, schema="public")
+                taken.append([r.key for r in rows])
+                if rows and rows[0].key in ("n1", "n3"):
+                    # While the suspect is held, this process claims nothing else.
+                    assert await queries.claim_due(conn, 10, schema="public") == []
+                    done = [queries.Outcome.for_row(r, "bajarildi") for r in rows]
+                    await queries.record_outcomes(conn, done, schema="public")
+            return taken
+        finally:
+            await conn.close()
+
+    assert asyncio.run(claims()) == [["n1"], ["n3"], ["n0", "n2", "n4"]]
