@@ -358,7 +358,9 @@ async def search(request: web.Request) -> web.StreamResponse:
 
 def _about(message: Message) -> dict[str, Any]:
     """The fields of a log line about one message."""
-    return {"outbox_id": message.id, "key": message.key, "chat_id": views.chat_of(message)}
+    payload = message.payload
+    chat = payload.get("chat_id") if isinstance(payload, dict) else None
+    return {"outbox_id": message.id, "key": message.key, "chat_id": chat}
 
 
 async def replay_one(request: web.Request) -> web.StreamResponse:
