@@ -758,7 +758,8 @@ class Activity:
 _FINISHED_PER_MINUTE = """
 SELECT floor(extract(epoch FROM now() - yangilangan) / 60)::int, holat, count(*)
 FROM {outbox}
-WHERE holat IN ('bajarildi', 'xato') AND yangilangan > now() - make_interval(mins => :minutes)
+WHERE holat IN ('bajarildi', 'xato')
+  AND yangilangan > now() - make_interval(mins => CAST(:minutes AS int))
 GROUP BY 1, 2
 """
 
