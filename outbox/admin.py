@@ -342,8 +342,11 @@ async def _prune(conn: AsyncConn, args: argparse.Namespace) -> dict[str, int]:
         done += n
         line.update(done, max(total - done, 0))
 
-    line.show(0, total)
-    removed = await queries.prune(conn, batch_size=args.batch_size, on_batch=batch_done, **options)
+    with line.above_logs():
+        line.show(0, total)
+        removed = await queries.prune(
+            conn, batch_size=args.batch_size, on_batch=batch_done, **options
+        )
     line.finish(done, max(total - done, 0))
     return removed
 

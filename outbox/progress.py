@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, TextIO
 
 import psycopg
@@ -64,6 +65,29 @@ class ProgressLine:
         self.stream.write(f"\r{self.text(done, left)}{_CLEAR_TO_END}")
         self.stream.flush()
 
+    @contextlib.contextmanager
+    def above_logs(self) -> Iterator[None]:
+        """While it shows, a log line to the same stream first clears it (and the next update
+        draws it again below), instead of being glued to its end."""
+        line = self
+
+        class ClearLine(logging.Filter):
+            def filter(self, record: logging.LogRecord) -> bool:
+                line.stream.write("\r" + _CLEAR_TO_END)
+                return True
+
+        clear = ClearLine()
+        handlers = [
+            h for h in logging.getLogger().handlers if getattr(h, "stream", None) is self.stream
+        ]
+        for handler in handlers:
+            handler.addFilter(clear)
+        try:
+            yield
+        finally:
+            for handler in handlers:
+                handler.removeFilter(clear)
+
     def update(self, done: int, left: int | None) -> None:
         """``show``, at most once per ``INTERVAL``: for callers that report every batch."""
         now = self.clock()
@@ -111,7 +135,8 @@ async def drain_progress(
 
     task = asyncio.create_task(report(), name="drain progress")
     try:
-        yield
+        with line.above_logs():
+            yield
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
