@@ -167,6 +167,14 @@ def test_with_a_password_every_page_needs_a_sign_in(
             "/part/overview", headers={"Authorization": "Bearer correct horse battery"}
         )
         assert bearer.status == 200
+        # A script with the bearer header needs no form token (no browser sends it by itself).
+        waiting = add_message(engine, "by-script")
+        scripted = web.post(
+            f"/messages/{waiting}/cancel",
+            {},
+            headers={"Authorization": "Bearer correct horse battery"},
+        )
+        assert scripted.status == 303 and row(engine, "by-script")["holat"] == "xato"
         assert "correct horse" not in web.log
 
 
@@ -249,3 +257,56 @@ def test_the_page_logs_its_actions_with_the_message_fields(
     assert replayed[0]["outbox_id"] == failed
     assert replayed[0]["key"] == "logged" and replayed[0]["chat_id"] == 31337
     assert replayed[0]["logger"] == "outbox.web" and replayed[0]["level"] == "INFO"
+
+
+# --- the pure parts, without a server ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True),
+     ("localhost", True), ("0.0.0.0", False), ("::", False), ("192.168.1.5", False),
+     ("example.com", False)],
+)  # fmt: skip
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    from outbox.web.auth import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
+def test_origin_check_compares_host_and_port() -> None:
+    from outbox.web.auth import Guard
+
+    assert Guard.origin_matches(None, "127.0.0.1:8080")  # not a browser: the token decides
+    assert Guard.origin_matches("http://127.0.0.1:8080", "127.0.0.1:8080")
+    assert Guard.origin_matches("https://ops.example:443", "ops.example:443")  # behind TLS
+    assert not Guard.origin_matches("http://127.0.0.1:8081", "127.0.0.1:8080")
+    assert not Guard.origin_matches("http://localhost:8080", "127.0.0.1:8080")
+    assert not Guard.origin_matches("null", "127.0.0.1:8080")
+
+
+def test_the_password_comes_from_the_environment_or_a_file(tmp_path: Path) -> None:
+    from outbox.errors import ConfigError
+    from outbox.web.auth import read_password
+
+    assert read_password(None, {}) is None
+    assert read_password(None, {"OUTBOX_WEB_PASSWORD": " s3cret \n"}) == "s3cret"
+    secret = tmp_path / "pw"
+    secret.write_text("from-file\n")
+    assert read_password(str(secret), {}) == "from-file"
+    secret.write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        read_password(str(secret), {})
+    with pytest.raises(ConfigError, match="cannot read the password file"):
+        read_password(str(tmp_path / "missing"), {})
+
+
+def test_the_chart_stacks_failed_on_delivered_and_scales_to_the_busiest_minute() -> None:
+    from outbox.queries import Activity
+    from outbox.web.views import CHART_HEIGHT, chart_bars
+
+    bars = chart_bars(Activity(delivered=[0, 4, 2], failed=[0, 0, 2]))
+    assert [b.delivered_height for b in bars] == [0, CHART_HEIGHT, CHART_HEIGHT / 2]
+    assert bars[2].failed_y + bars[2].failed_height == bars[2].delivered_y
+    assert bars[2].label == "this minute: 2 delivered, 2 failed"
+    assert bars[0].label == "2 min ago: 0 delivered, 0 failed"

@@ -50,7 +50,7 @@ class Bar:
     label: str  # the bar's tooltip
 
 
-def chart_bars(activity: Activity, now: datetime) -> list[Bar]:
+def chart_bars(activity: Activity) -> list[Bar]:
     """One stacked bar per minute, oldest first: delivered at the bottom, failed on top."""
     minutes = len(activity.delivered)
     tallest = max(
