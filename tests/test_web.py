@@ -69,6 +69,13 @@ def test_a_post_without_the_form_token_or_from_another_origin_is_refused(
     assert replayed["tarix"][-1]["hodisa"] == "replay"
 
 
+def test_mistakes_in_the_address_get_a_page_that_says_what_is_wrong(page: WebPage) -> None:
+    answer = page.get("/?since=soon")
+    assert answer.status == 400 and "cannot read duration &#39;soon&#39;" in answer.body
+    answer = page.get("/messages/99999")
+    assert answer.status == 404 and "no outbox message with id 99999" in answer.body
+
+
 def test_a_get_never_changes_anything(page: WebPage, engine: sa.Engine) -> None:
     failed = add_message(engine, "k", state="xato", error="boom")
     assert page.get(f"/messages/{failed}/replay").status == 405

@@ -25,7 +25,7 @@ from sqlalchemy.engine import Engine
 from outbox import api, queries
 from outbox.db import check_schema_sync, connect_errors, create_engine, redact_url
 from outbox.durations import parse_duration
-from outbox.errors import InvalidInput, OutboxError
+from outbox.errors import InvalidInput, NotFound, OutboxError
 from outbox.queries import Message
 from outbox.redact import redact
 from outbox.web import views
@@ -164,6 +164,15 @@ async def _security(request: web.Request, handler: Handler) -> web.StreamRespons
     except web.HTTPException as err:
         err.headers.update(_SECURITY_HEADERS)
         raise
+    except (InvalidInput, NotFound) as err:
+        status = 404 if isinstance(err, NotFound) else 400
+        response = _render(
+            request,
+            "error.html",
+            http_status=status,
+            title="Not found" if status == 404 else "Not understood",
+            error=str(err),
+        )
     except OutboxError as err:
         # The database went away or refused: one line on the page, the details in the log.
         log.warning("web: %s", err)
@@ -266,10 +275,7 @@ def _filters(request: web.Request) -> tuple[str | None, str, float | None]:
     since_text = request.query.get("since", "").strip()
     since = None
     if since_text:
-        try:
-            since = parse_duration(since_text).total_seconds()
-        except InvalidInput as err:
-            raise web.HTTPBadRequest(text=f"{err}\n") from None
+        since = parse_duration(since_text).total_seconds()
     return kind, since_text, since
 
 
@@ -310,14 +316,14 @@ async def _message_or_404(request: web.Request) -> tuple[int, Message]:
         request, lambda conn: api.get_message(conn, message_id, schema=config.schema)
     )
     if message is None:
-        raise web.HTTPNotFound(text=f"no outbox message with id {message_id}\n")
+        raise NotFound(f"no outbox message with id {message_id}")
     return message_id, message
 
 
 def _message_id(request: web.Request) -> int:
     raw = request.match_info["id"]
     if not raw.isdigit() or int(raw) < 1:
-        raise web.HTTPNotFound(text="no such message\n")
+        raise NotFound(f"{raw!r} is not a message id")
     return int(raw)
 
 
@@ -445,10 +451,7 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
         )
     kind = str(form.get("tur", "")).strip() or None
     since_text = str(form.get("since", "")).strip()
-    try:
-        since = parse_duration(since_text).total_seconds() if since_text else None
-    except InvalidInput as err:
-        raise web.HTTPBadRequest(text=f"{err}\n") from None
+    since = parse_duration(since_text).total_seconds() if since_text else None
     selected = await _in_db(
         request,
         lambda conn: api.failed_messages(
@@ -476,9 +479,9 @@ def _ids(raw: str) -> list[int]:
     try:
         ids = [int(part) for part in raw.split(",") if part.strip()]
     except ValueError:
-        raise web.HTTPBadRequest(text="the selection is not a list of ids\n") from None
+        raise InvalidInput("the selection is not a list of message ids") from None
     if not ids or len(ids) > SELECTION_LIMIT:
-        raise web.HTTPBadRequest(text="the selection is empty or too long\n")
+        raise InvalidInput(f"the selection is empty or longer than {SELECTION_LIMIT}")
     return ids
 
 
