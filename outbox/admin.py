@@ -31,6 +31,7 @@ from outbox.db import (
 )
 from outbox.durations import parse_duration
 from outbox.errors import InvalidInput, NotFound, Refused, Unhealthy
+from outbox.progress import ProgressLine, on_terminal
 from outbox.queries import AsyncConn
 from outbox.retry import RetryPolicy
 from outbox.schema import current_schema
@@ -314,16 +315,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
             f"shorter than --older-than ({out.span(args.older_than)}): a marker is what "
             "stops a key enqueued again from being sent twice"
         )
-    removed = _maintenance(
-        args,
-        lambda conn: queries.prune(
-            conn,
-            schema=current_schema(),
-            done_older_than_seconds=args.older_than,
-            markers_older_than_seconds=args.markers_older_than,
-            batch_size=args.batch_size,
-        ),
-    )
+    removed = _maintenance(args, lambda conn: _prune(conn, args))
     done, markers = removed["bajarildi"], removed["yuborilgan"]
     with _database(args) as engine, engine.begin() as conn:
         failed = queries.count_failed(conn, schema=current_schema())
@@ -337,6 +329,33 @@ def cmd_prune(args: argparse.Namespace) -> int:
     if failed:
         print(f"kept {failed} xato rows: never pruned; see `outbox list --holat xato`")
     return 0
+
+
+async def _prune(conn: AsyncConn, args: argparse.Namespace) -> dict[str, int]:
+    """The relay's retention step, with a progress line when stderr is a terminal."""
+    options = {
+        "schema": current_schema(),
+        "done_older_than_seconds": args.older_than,
+        "markers_older_than_seconds": args.markers_older_than,
+    }
+    if not on_terminal():
+        return await queries.prune(conn, batch_size=args.batch_size, **options)
+    total = await queries.count_prunable(conn, **options)
+    line = ProgressLine("prune", sys.stderr)
+    done = 0
+
+    def batch_done(n: int) -> None:
+        nonlocal done
+        done += n
+        line.update(done, max(total - done, 0))
+
+    with line.above_logs():
+        line.show(0, total)
+        removed = await queries.prune(
+            conn, batch_size=args.batch_size, on_batch=batch_done, **options
+        )
+    line.finish(done, max(total - done, 0))
+    return removed
 
 
 # --- the parsers ---------------------------------------------------------------------------------

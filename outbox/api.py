@@ -163,11 +163,22 @@ def queue_status(
 
 
 def failed_messages(
-    conn: SyncConn, *, kind: str | None = None, limit: int = 50, schema: str | None = None
+    conn: SyncConn,
+    *,
+    kind: str | None = None,
+    limit: int = 50,
+    failed_within_seconds: float | None = None,
+    schema: str | None = None,
 ) -> list[Message]:
-    """Failed (xato) messages, newest first, each with its history and sent marker."""
+    """Failed (xato) messages, newest first, each with its history and sent marker;
+    ``kind`` and ``failed_within_seconds`` filter as ``replay`` does."""
     return queries.list_messages(
-        conn, schema=resolve_schema(schema), state="xato", kind=kind, limit=limit
+        conn,
+        schema=resolve_schema(schema),
+        state="xato",
+        kind=kind,
+        limit=limit,
+        changed_within_seconds=failed_within_seconds,
     )
 
 

@@ -38,7 +38,7 @@ from outbox.db import redact_url, resolve_url
 from outbox.durations import parse_duration
 from outbox.errors import ConfigError, InvalidInput, OutboxError
 from outbox.ratelimit import RateLimits
-from outbox.redact import configure_logging, redact
+from outbox.redact import LOG_FORMATS, configure_logging, redact
 from outbox.retry import RetryPolicy
 from outbox.schema import DEFAULT_SCHEMA, configure, current_schema, validate_schema
 
@@ -334,6 +334,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
 
 
 def _cmd_relay(args: argparse.Namespace) -> int:
+    from outbox.progress import drain_progress, on_terminal  # noqa: PLC0415
     from outbox.relay import Relay  # noqa: PLC0415 - heavy imports only for the relay
     from outbox.telegram import TelegramSender  # noqa: PLC0415
 
@@ -352,6 +353,12 @@ def _cmd_relay(args: argparse.Namespace) -> int:
                 async with relay:
                     if args.once:
                         summary = await relay.run_once()
+                    elif args.drain and on_terminal():
+                        progress = drain_progress(
+                            relay, config.database_url, schema=config.schema, stream=sys.stderr
+                        )
+                        async with progress:
+                            summary = await relay.run(drain=True)
                     else:
                         summary = await relay.run(drain=args.drain)
         finally:
@@ -410,6 +417,61 @@ def _metrics(relay: Relay, args: argparse.Namespace) -> Iterator[None]:
         server.close()
 
 
+def _web_flags(parser: _Parser) -> None:
+    parser.add(
+        "--host",
+        env="OUTBOX_WEB_HOST",
+        default="127.0.0.1",
+        help="address to listen on; anything but loopback needs a password",
+    )
+    parser.add("--port", env="OUTBOX_WEB_PORT", default=8080, convert=_port, help="port")
+    parser.add(
+        "--password-file",
+        env="OUTBOX_WEB_PASSWORD_FILE",
+        default=None,
+        help="file holding the page's password (or set OUTBOX_WEB_PASSWORD; never on argv)",
+    )
+    parser.add(
+        "--lease",
+        env="OUTBOX_LEASE",
+        default=DEFAULT_LEASE,
+        convert=_seconds,
+        help="claims older than this are shown as stuck",
+    )
+    parser.add(
+        "--refresh",
+        env="OUTBOX_WEB_REFRESH",
+        default=5.0,
+        convert=_seconds,
+        help="how often the page updates its figures",
+    )
+    _add_log_format(parser)
+
+
+def _cmd_web(args: argparse.Namespace) -> int:
+    try:
+        from outbox.web import WebConfig, read_password, serve  # noqa: PLC0415 - an extra
+    except ImportError as err:
+        if err.name not in {"aiohttp", "jinja2", "markupsafe"}:
+            raise
+        raise ConfigError(
+            f"the web page needs the 'web' extra ({err.name} is missing): "
+            "pip install 'outbox-telegram[web]'"
+        ) from None
+
+    config = WebConfig(
+        database_url=_database_url(args),
+        schema=current_schema(),
+        host=args.host,
+        port=args.port,
+        password=read_password(args.password_file),
+        lease_seconds=args.lease,
+        refresh_seconds=max(args.refresh, 1.0),
+    )
+    serve(config)
+    return 0
+
+
 def _cmd_migrate(args: argparse.Namespace) -> int:
     from outbox.migrate import upgrade  # noqa: PLC0415
 
@@ -441,6 +503,7 @@ def build_parser() -> argparse.ArgumentParser:
         convert=str.upper,
         help="DEBUG, INFO, WARNING or ERROR",
     )
+    _add_log_format(parser, default="text")
     sub = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
     def command(name: str, handler: Handler, help: str) -> _Parser:
@@ -453,7 +516,12 @@ def build_parser() -> argparse.ArgumentParser:
     _add_database(relay)
     _relay_flags(relay)
     admin.add_commands(command, _add_database, _add_json)
+    _add_log_format(relay)
+    web = command("web", _cmd_web, "the operator's web page: queue, failures, replay")
+    _add_database(web)
+    _web_flags(web)
     fake = command("fake-telegram", _cmd_fake_telegram, "a local stand-in for the Bot API")
+    _add_log_format(fake)
     fake.add("--host", env="OUTBOX_FAKE_HOST", default="127.0.0.1", help="address to bind")
     fake.add("--port", env="OUTBOX_FAKE_PORT", default=8081, convert=int, help="port to bind")
     fake.add(
@@ -475,6 +543,25 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _log_format(raw: str) -> str:
+    value = raw.strip().lower()
+    if value not in LOG_FORMATS:
+        raise argparse.ArgumentTypeError(f"{raw!r} is not a log format: use text or json")
+    return value
+
+
+def _add_log_format(parser: _Parser, default: Any = argparse.SUPPRESS) -> None:
+    """On the main parser (``outbox --log-format json relay``) and again on each long-running
+    command (``outbox relay --log-format json``); the command's copy only counts when given."""
+    parser.add(
+        "--log-format",
+        env="OUTBOX_LOG_FORMAT",
+        default=default,
+        convert=_log_format,
+        help="text for people, json for a log system (one JSON object a line)",
+    )
+
+
 def _log_level(name: str) -> int:
     level = logging.getLevelNamesMapping().get(name)
     if level is None:
@@ -487,7 +574,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         args = parser.parse_args(argv)
         _resolve_env_defaults(args)
-        configure_logging(_log_level(args.log_level))
+        configure_logging(_log_level(args.log_level), args.log_format)
         if getattr(args, "schema", None):
             configure(schema=args.schema)
         handler: Handler = args.handler

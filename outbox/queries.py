@@ -19,7 +19,7 @@ import json
 import os
 import secrets
 import socket
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Callable, Generator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -33,6 +33,7 @@ from outbox.payload import UnreadablePayload, read_json
 from outbox.schema import maintenance_lock_key, notify_channel, pause_channel
 
 __all__ = [
+    "Activity",
     "ClaimedRow",
     "Message",
     "Outcome",
@@ -41,12 +42,17 @@ __all__ = [
     "SentMarker",
     "SyncConn",
     "announce_pause",
+    "backlog",
     "cancel",
+    "cancel_by_operator",
     "claim_due",
     "claim_holder",
     "count_by_state",
     "count_failed",
+    "count_prunable",
     "enqueue",
+    "failed_kinds",
+    "finished_per_minute",
     "get_message",
     "list_messages",
     "prune",
@@ -58,6 +64,7 @@ __all__ = [
     "run_sync",
     "schema_facts",
     "schema_facts_sync",
+    "search_messages",
     "seconds_until_next_due",
     "still_claimed",
     "try_maintenance_lock",
@@ -566,6 +573,7 @@ SELECT {_MESSAGE_COLUMNS}
 FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE (CAST(:holat AS text) IS NULL OR o.holat = CAST(:holat AS text))
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
+  AND (CAST(:since AS float8) IS NULL OR o.yangilangan >= now() - make_interval(secs => :since))
 ORDER BY o.id DESC
 LIMIT :limit
 """
@@ -578,9 +586,11 @@ def list_messages(
     state: str | None = None,
     kind: str | None = None,
     limit: int = 50,
+    changed_within_seconds: float | None = None,
 ) -> list[Message]:
-    """Newest first, optionally only one state and/or kind."""
-    params = {"holat": state, "tur": kind, "limit": limit}
+    """Newest first, optionally only one state and/or kind, and/or changed (for a failed row:
+    failed) within the last ``changed_within_seconds``."""
+    params = {"holat": state, "tur": kind, "limit": limit, "since": changed_within_seconds}
     return [_message(row) for row in _execute(conn, schema, _LIST_MESSAGES, params).fetchall()]
 
 
@@ -803,10 +813,12 @@ async def prune(
     done_older_than_seconds: float,
     markers_older_than_seconds: float,
     batch_size: int,
+    on_batch: Callable[[int], None] | None = None,
 ) -> dict[str, int]:
     """Retention (relay maintenance, ``outbox prune``): batch after batch, each in its own
     short transaction so a long delete neither locks the table nor bloats it, until one comes
-    up short. Returns how many done rows and markers went."""
+    up short. Returns how many done rows and markers went; ``on_batch`` hears each batch's
+    count (a progress line)."""
     removed = {"bajarildi": 0, "yuborilgan": 0}
     steps = (
         ("bajarildi", _PRUNE_DONE, done_older_than_seconds),
@@ -818,6 +830,8 @@ async def prune(
             async with conn.transaction():
                 n = (await conn.execute(_sql(statement, schema), params)).rowcount
             removed[name] += n
+            if on_batch is not None:
+                on_batch(n)
             if n < batch_size:
                 break
     return removed
@@ -828,6 +842,132 @@ _COUNT_FAILED = "SELECT count(*) FROM {outbox} WHERE holat = 'xato'"
 
 def count_failed(conn: SyncConn, *, schema: str) -> int:
     return int(_execute(conn, schema, _COUNT_FAILED).scalar_one())
+
+
+# --- the operator's web page and progress lines ---------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Activity:
+    """Rows that reached bajarildi and xato, per minute, oldest minute first."""
+
+    delivered: list[int]
+    failed: list[int]
+
+
+# Read from the rows as they stand: a replayed failure leaves the failed count, and retention
+# (a week by default) the delivered one. Done rows are found through their partial index on
+# yangilangan, failed ones through theirs.
+_FINISHED_PER_MINUTE = """
+SELECT floor(extract(epoch FROM now() - yangilangan) / 60)::int, holat, count(*)
+FROM {outbox}
+WHERE holat IN ('bajarildi', 'xato')
+  AND yangilangan > now() - make_interval(mins => CAST(:minutes AS int))
+GROUP BY 1, 2
+"""
+
+
+def finished_per_minute(conn: SyncConn, *, schema: str, minutes: int = 60) -> Activity:
+    delivered, failed = [0] * minutes, [0] * minutes
+    for ago, state, count in _execute(conn, schema, _FINISHED_PER_MINUTE, {"minutes": minutes}):
+        slot = minutes - 1 - min(max(int(ago), 0), minutes - 1)
+        (delivered if state == "bajarildi" else failed)[slot] += int(count)
+    return Activity(delivered, failed)
+
+
+_FAILED_KINDS = "SELECT DISTINCT tur FROM {outbox} WHERE holat = 'xato' ORDER BY tur"
+
+
+def failed_kinds(conn: SyncConn, *, schema: str) -> list[str]:
+    """The kinds (tur) among failed rows, for the page's filter."""
+    return [str(kind) for (kind,) in _execute(conn, schema, _FAILED_KINDS)]
+
+
+# A number may be a row id or a chat id (payload's or the sent marker's); anything else is a
+# key or the start of one. Chat ids are not indexed: an operator's search reads the table.
+_SEARCH_MESSAGES = f"""
+SELECT {_MESSAGE_COLUMNS}
+FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
+WHERE o.kalit = :text
+   OR starts_with(o.kalit, :text)
+   OR (CAST(:number AS bigint) IS NOT NULL
+       AND (o.id = CAST(:number AS bigint)
+            OR o.payload ->> 'chat_id' = CAST(:number AS text)
+            OR y.chat_id = CAST(:number AS bigint)))
+ORDER BY o.id DESC
+LIMIT :limit
+"""
+
+
+def search_messages(conn: SyncConn, text: str, *, schema: str, limit: int = 100) -> list[Message]:
+    """Messages in any state whose key is or starts with ``text``, or, for a number, whose id
+    or chat id it is; newest first."""
+    text = text.strip()
+    try:
+        number: int | None = int(text)
+    except ValueError:
+        number = None
+    params = {"text": text, "number": number, "limit": limit}
+    return [_message(row) for row in _execute(conn, schema, _SEARCH_MESSAGES, params)]
+
+
+# An operator's cancel keeps the row, unlike the app's (which deletes): it moves to xato with
+# the reason in oxirgi_xato and tarix, so the page still shows what was withdrawn, by whom and
+# when, and a replay undoes it. Only a waiting row: a claimed one may be on its way to Telegram.
+_CANCEL_BY_OPERATOR = """
+UPDATE {outbox}
+SET holat = 'xato',
+    oxirgi_xato = 'cancelled by operator',
+    tarix = tarix || jsonb_build_array(jsonb_build_object(
+        'vaqt', now(), 'urinish', urinish, 'hodisa', 'cancelled by operator')),
+    yangilangan = now()
+WHERE id = :id AND holat = 'kutmoqda'
+RETURNING id
+"""
+
+
+def cancel_by_operator(conn: SyncConn, message_id: int, *, schema: str) -> bool:
+    """kutmoqda -> xato ('cancelled by operator'); False if the row is not waiting."""
+    return _execute(conn, schema, _CANCEL_BY_OPERATOR, {"id": message_id}).first() is not None
+
+
+# What a drain still has to do: due rows and rows being sent.
+_BACKLOG = """
+SELECT (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now())
+     + (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda')
+"""
+
+
+async def backlog(conn: AsyncConn, *, schema: str) -> int:
+    """Rows due or claimed now (the progress line of ``relay --drain``)."""
+    cursor = await conn.execute(_sql(_BACKLOG, schema))
+    row = await cursor.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+_COUNT_PRUNABLE = """
+SELECT
+    (SELECT count(*) FROM {outbox}
+     WHERE holat = 'bajarildi' AND yangilangan < now() - make_interval(secs => %(done)s)),
+    (SELECT count(*) FROM {yuborilgan} y
+     WHERE y.yuborilgan_vaqt < now() - make_interval(secs => %(markers)s)
+       AND NOT EXISTS (SELECT 1 FROM {outbox} o
+                       WHERE o.kalit = y.kalit AND o.holat <> 'bajarildi'))
+"""
+
+
+async def count_prunable(
+    conn: AsyncConn,
+    *,
+    schema: str,
+    done_older_than_seconds: float,
+    markers_older_than_seconds: float,
+) -> int:
+    """How many rows and markers ``prune`` would delete now (its progress line's total)."""
+    params = {"done": float(done_older_than_seconds), "markers": float(markers_older_than_seconds)}
+    cursor = await conn.execute(_sql(_COUNT_PRUNABLE, schema), params)
+    row = await cursor.fetchone()
+    return 0 if row is None else int(row[0]) + int(row[1])
 
 
 # --- the schema itself -------------------------------------------------------------------------

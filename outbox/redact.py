@@ -1,15 +1,32 @@
-"""Keeps the bot token out of every log line, error text and database row."""
+"""Keeps the bot token out of every log line, error text and database row; formats log lines
+as text for people or as JSON for a log system."""
 
 from __future__ import annotations
 
+import json
 import logging
 import re
+from datetime import UTC, datetime
+from typing import Any
 
-__all__ = ["RedactingFormatter", "configure_logging", "redact", "register_secret"]
+__all__ = [
+    "LOG_FORMATS",
+    "MESSAGE_FIELDS",
+    "JsonFormatter",
+    "RedactingFormatter",
+    "configure_logging",
+    "redact",
+    "register_secret",
+]
 
 # Anything shaped like a bot token, with or without the "bot" prefix of Bot API URLs.
 _TOKEN_PATTERN = re.compile(r"\d{3,}:[A-Za-z0-9_-]{10,}")
 _secrets: dict[str, str] = {}
+
+LOG_FORMATS = ("text", "json")
+# What a line about one message carries (``log.info(..., extra={"outbox_id": ...})``); the JSON
+# lines give them as fields of their own, so a log system can find every line about a row.
+MESSAGE_FIELDS = ("outbox_id", "key", "chat_id")
 
 
 def register_secret(secret: str, label: str = "[token]") -> None:
@@ -35,10 +52,38 @@ class RedactingFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
-def configure_logging(level: int = logging.INFO) -> None:
-    """Log to stderr through the redacting formatter; quiet the libraries that log URLs."""
+class JsonFormatter(logging.Formatter):
+    """One JSON object a line: time (UTC, ISO 8601), level, logger, message, the message
+    fields where the line is about one message, and the traceback if any; redacted whole."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        line: dict[str, Any] = {
+            "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
+            "level": record.levelname,
+            "logger": record.name,
+            "message": record.getMessage(),
+        }
+        for name in MESSAGE_FIELDS:
+            value = getattr(record, name, None)
+            if value is not None:
+                line[name] = value
+        if record.exc_info:
+            line["exception"] = self.formatException(record.exc_info)
+        elif record.exc_text:
+            line["exception"] = record.exc_text
+        if record.stack_info:
+            line["stack"] = self.formatStack(record.stack_info)
+        # Redacting the serialized line also covers the values of the message fields.
+        return redact(json.dumps(line, ensure_ascii=False, default=str))
+
+
+def configure_logging(level: int = logging.INFO, log_format: str = "text") -> None:
+    """Log to stderr through a redacting formatter; quiet the libraries that log URLs."""
     handler = logging.StreamHandler()
-    handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    if log_format == "json":
+        handler.setFormatter(JsonFormatter())
+    else:
+        handler.setFormatter(RedactingFormatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)

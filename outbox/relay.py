@@ -483,7 +483,12 @@ class Relay:
                 applied += await queries.record_outcomes(conn, [outcome], schema=self._schema)
             except psycopg.Error as err:
                 # Not lost: the reaper returns the row to the queue after the lease.
-                log.error("could not record the outcome of outbox %s: %s", outcome.id, err)
+                log.error(
+                    "could not record the outcome of outbox %s: %s",
+                    outcome.id,
+                    err,
+                    extra={"outbox_id": outcome.id, "key": outcome.key},
+                )
                 applied += 1  # not a fencing discard; do not report it as one
         return applied
 
@@ -616,7 +621,11 @@ class Relay:
         try:
             await self._deliver(row, claimed_at)
         except Exception as err:  # a bug must not strand the row until the lease
-            log.exception("outbox %s: unexpected error while delivering", row.id)
+            log.exception(
+                "outbox %s: unexpected error while delivering",
+                row.id,
+                extra={"outbox_id": row.id, "key": row.key},
+            )
             self._fail(row, classify(err))
         except asyncio.CancelledError:
             # The grace period ran out mid-send: the request may have reached Telegram.
@@ -676,7 +685,12 @@ class Relay:
                 failure = classify(err)
                 if failure.kind is FailureKind.MIGRATED and new_chat_id is None:
                     chat_id = new_chat_id = args["chat_id"] = failure.new_chat_id
-                    log.info("outbox %s: %s; resending", row.id, failure.reason)
+                    log.info(
+                        "outbox %s: %s; resending",
+                        row.id,
+                        failure.reason,
+                        extra={"outbox_id": row.id, "key": row.key, "chat_id": chat_id},
+                    )
                     continue
                 self._handle_failure(row, failure, new_chat_id)
                 return
@@ -740,13 +754,20 @@ class Relay:
         self, row: queries.ClaimedRow, failure: Failure, new_chat_id: int | None = None
     ) -> None:
         decision = decide(self.config.retry, row.attempts, failure)
+        # A malformed payload may be any JSON value, not an object.
+        chat = row.payload.get("chat_id") if isinstance(row.payload, dict) else None
+        about = {"outbox_id": row.id, "key": row.key, "chat_id": chat}
         if decision.state is State.FAILED:
             self._total.failed += 1
-            log.warning("outbox %s failed for good: %s", row.id, decision.error)
+            log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
         else:
             self._total.retried += 1
             log.info(
-                "outbox %s retry in %.1f s: %s", row.id, decision.delay_seconds, decision.error
+                "outbox %s retry in %.1f s: %s",
+                row.id,
+                decision.delay_seconds,
+                decision.error,
+                extra=about,
             )
         self._record(
             queries.Outcome.for_row(

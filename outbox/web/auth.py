@@ -1,0 +1,138 @@
+"""Who may use the page, and proof that a form was sent by the page itself.
+
+* The password comes from ``OUTBOX_WEB_PASSWORD`` or the file named by
+  ``OUTBOX_WEB_PASSWORD_FILE`` (``--password-file``), never from the command line. Without one
+  the page listens on loopback only.
+* Signing in gives a random session id in a cookie (HttpOnly, SameSite=Strict); scripts may send
+  ``Authorization: Bearer <password>`` instead.
+* Every form carries a token derived from the session; a POST without it, or from a page of
+  another origin (the browser's ``Origin`` header), is refused.
+* Without a password, only loopback host names are answered: a page whose name an attacker
+  points at 127.0.0.1 (DNS rebinding) is the same origin as far as the browser knows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import ipaddress
+import os
+import secrets
+import time
+from collections.abc import Mapping
+from pathlib import Path
+from urllib.parse import urlsplit
+
+from outbox.errors import ConfigError
+
+__all__ = ["Guard", "check_bind", "is_loopback", "read_password"]
+
+SESSION_SECONDS = 12 * 3600
+MAX_SESSIONS = 1000  # the oldest sign-in is forgotten beyond this
+_LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
+
+
+def is_loopback(host: str) -> bool:
+    name = host.strip().strip("[]").lower()
+    if name in _LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+def read_password(file: str | None, env: Mapping[str, str] | None = None) -> str | None:
+    """The page's password from OUTBOX_WEB_PASSWORD, or from a file; None if neither is set."""
+    env = os.environ if env is None else env
+    password = env.get("OUTBOX_WEB_PASSWORD", "").strip()
+    path = (file or "").strip()
+    if not password and path:
+        try:
+            password = Path(path).read_text(encoding="utf-8").strip()
+        except OSError as err:
+            raise ConfigError(f"cannot read the password file {path}: {err.strerror}") from None
+        if not password:
+            raise ConfigError(f"the password file {path} is empty")
+    return password or None
+
+
+def check_bind(host: str, password: str | None) -> None:
+    """Refuse to listen beyond this machine without a password."""
+    if password is None and not is_loopback(host):
+        raise ConfigError(
+            f"refusing to serve the page on {host} without a password: set "
+            "OUTBOX_WEB_PASSWORD or OUTBOX_WEB_PASSWORD_FILE (or listen on 127.0.0.1)"
+        )
+
+
+class Guard:
+    """Sessions and form tokens of one running page (both end with the process)."""
+
+    ANONYMOUS = "-"
+
+    def __init__(self, password: str | None, bind_host: str) -> None:
+        self.password = password
+        self.bind_host = bind_host.strip("[]").lower()
+        self._key = secrets.token_bytes(32)
+        self._sessions: dict[str, float] = {}  # session id -> expiry (time.monotonic)
+
+    @property
+    def required(self) -> bool:
+        return self.password is not None
+
+    def password_matches(self, given: str) -> bool:
+        if self.password is None:
+            return True
+        return hmac.compare_digest(given.encode(), self.password.encode())
+
+    def sign_in(self) -> str:
+        now = time.monotonic()
+        self._sessions = {s: t for s, t in self._sessions.items() if t > now}
+        while len(self._sessions) >= MAX_SESSIONS:
+            del self._sessions[next(iter(self._sessions))]
+        session = secrets.token_urlsafe(32)
+        self._sessions[session] = now + SESSION_SECONDS
+        return session
+
+    def sign_out(self, session: str | None) -> None:
+        if session:
+            self._sessions.pop(session, None)
+
+    def session_valid(self, session: str | None) -> bool:
+        if not session:
+            return False
+        expiry = self._sessions.get(session)
+        return expiry is not None and expiry > time.monotonic()
+
+    def bearer_valid(self, header: str | None) -> bool:
+        if self.password is None or not header or not header.startswith("Bearer "):
+            return False
+        return self.password_matches(header.removeprefix("Bearer ").strip())
+
+    def form_token(self, session: str | None) -> str:
+        subject = session if session and self.session_valid(session) else self.ANONYMOUS
+        return hmac.new(self._key, subject.encode(), hashlib.sha256).hexdigest()
+
+    def form_token_valid(self, session: str | None, given: str) -> bool:
+        return hmac.compare_digest(self.form_token(session), given)
+
+    def host_allowed(self, host_header: str | None) -> bool:
+        """Without a password, answer only to the names of this machine (DNS rebinding)."""
+        if self.required:
+            return True
+        name = urlsplit(f"//{host_header or ''}").hostname or ""
+        return is_loopback(name) or name == self.bind_host
+
+    @staticmethod
+    def origin_matches(origin: str | None, host_header: str | None) -> bool:
+        """A POST's Origin, if the browser sent one, must be this page's own host and port.
+
+        Only host and port are compared: behind a TLS proxy the page sees http while the
+        browser says https. ``null`` (a sandboxed or privacy-stripped origin) is refused.
+        """
+        if origin is None:
+            return True  # not a browser, or a very old one: the form token decides
+        if not host_header:
+            return False
+        return urlsplit(origin).netloc.lower() == host_header.lower()

@@ -1,0 +1,319 @@
+"""The operator's page over plain HTTP: what it shows, what it refuses, what its actions leave.
+
+The browser tests (test_web_browser.py) cover the same page as a person uses it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from tests.conftest import TEST_TOKEN
+from tests.support import relay_env, row
+from tests.webpage import WebPage, add_message, running_web
+
+
+@pytest.fixture
+def page(db_url: str, tmp_path: Path) -> WebPage:
+    with running_web(db_url, tmp_path) as web:
+        yield web  # type: ignore[misc]
+
+
+def test_the_page_shows_counts_and_failed_messages_escaped(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    add_message(engine, "p1")
+    add_message(engine, "p2")
+    failed = add_message(
+        engine,
+        "vazifa:7",
+        chat_id=777,
+        text="<script>alert('x')</script> Buy milk",
+        state="xato",
+        error=f"403 Forbidden: bot was blocked (token {TEST_TOKEN})",
+        history=[{"vaqt": "2026-01-01T09:00:00+00:00", "urinish": 1, "xato": "429 Too Many"}],
+    )
+    body = page.get("/").body
+    assert 'data-count="kutmoqda">2<' in body
+    assert 'data-count="xato">1<' in body
+    assert f'href="/messages/{failed}"' in body
+    assert "&lt;script&gt;alert(&#39;x&#39;)&lt;/script&gt; Buy milk" in body
+    assert "<script>alert" not in body
+    assert "429 Too Many" in body  # the history
+    assert TEST_TOKEN not in body and "[token]" in body
+
+
+def test_a_post_without_the_form_token_or_from_another_origin_is_refused(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    failed = add_message(engine, "k", state="xato", error="boom")
+    answer = page.post(f"/messages/{failed}/replay", {})
+    assert answer.status == 403 and "not sent by this page" in answer.body
+    token = page.csrf()
+    answer = page.post(
+        f"/messages/{failed}/replay", {"csrf": token}, headers={"Origin": "http://evil.example"}
+    )
+    assert answer.status == 403 and "another site" in answer.body
+    assert row(engine, "k")["holat"] == "xato"
+    # The page's own form, from its own origin, works.
+    answer = page.post(f"/messages/{failed}/replay", {"csrf": token}, headers={"Origin": page.url})
+    assert answer.status == 303
+    replayed = row(engine, "k")
+    assert replayed["holat"] == "kutmoqda"
+    assert replayed["tarix"][-1]["hodisa"] == "replay"
+
+
+def test_mistakes_in_the_address_get_a_page_that_says_what_is_wrong(page: WebPage) -> None:
+    answer = page.get("/?since=soon")
+    assert answer.status == 400 and "cannot read duration &#39;soon&#39;" in answer.body
+    answer = page.get("/messages/99999")
+    assert answer.status == 404 and "no outbox message with id 99999" in answer.body
+
+
+def test_a_get_never_changes_anything(page: WebPage, engine: sa.Engine) -> None:
+    failed = add_message(engine, "k", state="xato", error="boom")
+    assert page.get(f"/messages/{failed}/replay").status == 405
+    assert row(engine, "k")["holat"] == "xato"
+
+
+def test_a_delivered_message_is_replayed_only_after_a_confirmation(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    failed = add_message(engine, "sent-once", state="xato", error="read timeout")
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO yuborilgan (kalit, chat_id, message_id) VALUES ('sent-once', 42, 9)"
+            )
+        )
+    token = page.csrf()
+    refused = page.post(f"/messages/{failed}/replay", {"csrf": token})
+    assert refused.status == 409
+    assert "already sent at" in refused.body and "Telegram message 9" in refused.body
+    asked = page.post(f"/messages/{failed}/replay", {"csrf": token, "force": "1"})
+    assert asked.status == 200 and "Yes, send it again" in asked.body
+    assert row(engine, "sent-once")["holat"] == "xato"
+    done = page.post(f"/messages/{failed}/replay", {"csrf": token, "force": "1", "confirmed": "1"})
+    assert done.status == 303
+    after = row(engine, "sent-once")
+    assert after["holat"] == "kutmoqda" and after["marker_message"] is None
+    assert after["tarix"][-1]["hodisa"] == "replay --force"
+
+
+def test_a_selection_is_replayed_after_its_list_is_confirmed(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    ids = [
+        add_message(engine, f"f{i}", state="xato", error="boom", kind="eslatma") for i in range(3)
+    ]
+    other = add_message(engine, "other-kind", state="xato", error="boom", kind="hisobot")
+    token = page.csrf()
+    listed = page.post("/replay", {"csrf": token, "tur": "eslatma", "since": "1h"})
+    assert listed.status == 200 and "Replay 3 failed messages?" in listed.body
+    assert row(engine, "f0")["holat"] == "xato"  # nothing happens before the confirmation
+    # What is confirmed is the list shown, not whatever matches the filter by then.
+    late = add_message(engine, "late", state="xato", error="boom")
+    selection = ",".join(str(i) for i in sorted(ids, reverse=True))
+    assert f'value="{selection}"' in listed.body
+    done = page.post("/replay", {"csrf": token, "confirmed": "1", "ids": selection})
+    assert done.status == 200 and "Replayed 3 messages" in done.body
+    assert {row(engine, f"f{i}")["holat"] for i in range(3)} == {"kutmoqda"}
+    assert row(engine, "late")["holat"] == "xato"
+    assert row(engine, "other-kind")["holat"] == "xato"
+    assert late and other
+
+
+def test_cancel_keeps_the_row_in_xato_with_its_reason(page: WebPage, engine: sa.Engine) -> None:
+    waiting = add_message(engine, "w")
+    token = page.csrf()
+    assert page.post(f"/messages/{waiting}/cancel", {"csrf": token}).status == 303
+    cancelled = row(engine, "w")
+    assert cancelled["holat"] == "xato"
+    assert cancelled["oxirgi_xato"] == "cancelled by operator"
+    assert cancelled["tarix"][-1]["hodisa"] == "cancelled by operator"
+    again = page.post(f"/messages/{waiting}/cancel", {"csrf": token})
+    assert again.status == 409 and "only a waiting message" in again.body
+    assert "cancelled by operator" in page.get(f"/messages/{waiting}").body
+
+
+def test_search_finds_keys_and_chats_in_every_state(page: WebPage, engine: sa.Engine) -> None:
+    add_message(engine, "vazifa:12:eslatma", chat_id=5005, state="bajarildi")
+    add_message(engine, "vazifa:13:eslatma", chat_id=5005, state="xato", error="x")
+    add_message(engine, "other", chat_id=6006)
+    by_chat = page.get("/search?q=5005").body
+    assert "vazifa:12:eslatma" in by_chat and "vazifa:13:eslatma" in by_chat
+    assert "other" not in by_chat.split("<main>")[1]
+    by_prefix = page.get("/search?q=vazifa%3A12").body
+    assert "vazifa:12:eslatma" in by_prefix and "vazifa:13:eslatma" not in by_prefix
+    assert "No message has" in page.get("/search?q=nothing-like-this").body
+
+
+def test_with_a_password_every_page_needs_a_sign_in(
+    db_url: str, tmp_path: Path, engine: sa.Engine
+) -> None:
+    secret = tmp_path / "password"
+    secret.write_text("correct horse battery\n")
+    add_message(engine, "k")
+    with running_web(db_url, tmp_path, OUTBOX_WEB_PASSWORD_FILE=str(secret)) as web:
+        answer = web.get("/")
+        assert answer.status == 303 and answer.headers["Location"] == "/login"
+        assert web.get("/part/overview").status == 401
+        token = web.csrf("/login")
+        assert web.post("/login", {"csrf": token, "password": "wrong"}).status == 401
+        assert (
+            web.post("/login", {"csrf": token, "password": "correct horse battery"}).status == 303
+        )
+        assert web.get("/").status == 200
+        bearer = web.get(
+            "/part/overview", headers={"Authorization": "Bearer correct horse battery"}
+        )
+        assert bearer.status == 200
+        # A script with the bearer header needs no form token (no browser sends it by itself).
+        waiting = add_message(engine, "by-script")
+        scripted = web.post(
+            f"/messages/{waiting}/cancel",
+            {},
+            headers={"Authorization": "Bearer correct horse battery"},
+        )
+        assert scripted.status == 303 and row(engine, "by-script")["holat"] == "xato"
+        assert "correct horse" not in web.log
+
+
+def test_no_password_no_listening_beyond_loopback(db_url: str, tmp_path: Path) -> None:
+    env = relay_env(db_url, "http://127.0.0.1:9")
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox.cli", "web", "--host", "0.0.0.0", "--port", "0"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 3
+    assert done.stderr.strip().splitlines()[-1] == (
+        "outbox: refusing to serve the page on 0.0.0.0 without a password: set "
+        "OUTBOX_WEB_PASSWORD or OUTBOX_WEB_PASSWORD_FILE (or listen on 127.0.0.1)"
+    )
+    assert "Traceback" not in done.stderr
+
+
+def test_without_a_password_only_loopback_names_are_answered(page: WebPage) -> None:
+    # A name that an attacker's DNS points at 127.0.0.1 (DNS rebinding) gets nothing.
+    assert page.get("/", headers={"Host": "attacker.example"}).status == 421
+    assert page.get("/", headers={"Host": "localhost"}).status == 200
+
+
+def test_the_page_sends_its_protective_headers(page: WebPage) -> None:
+    headers = page.get("/").headers
+    assert "script-src 'self'" in headers["Content-Security-Policy"]
+    assert "frame-ancestors 'none'" in headers["Content-Security-Policy"]
+    assert headers["X-Frame-Options"] == "DENY"
+
+
+def test_the_core_does_not_import_the_web_library() -> None:
+    code = (
+        "import sys, outbox, outbox.cli, outbox.relay, outbox.api, outbox.admin;"
+        "print(sorted(m for m in ('aiohttp', 'jinja2') if m in sys.modules))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_without_the_extra_the_command_says_what_to_install(tmp_path: Path) -> None:
+    # The web library hidden, as in an installation without the 'web' extra.
+    code = (
+        "import sys; sys.modules['jinja2'] = None\n"
+        "from outbox.cli import main\n"
+        "sys.exit(main(['web', '--database-url', 'postgresql://u@127.0.0.1:1/db']))\n"
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
+    done = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+        cwd=tmp_path,
+    )
+    assert done.returncode == 3, done.stderr
+    assert done.stderr.strip() == (
+        "outbox: the web page needs the 'web' extra (jinja2 is missing): "
+        "pip install 'outbox-telegram[web]'"
+    )
+
+
+def test_the_page_logs_its_actions_with_the_message_fields(
+    db_url: str, tmp_path: Path, engine: sa.Engine
+) -> None:
+    failed = add_message(engine, "logged", chat_id=31337, state="xato", error="boom")
+    with running_web(db_url, tmp_path, OUTBOX_LOG_FORMAT="json") as web:
+        token = web.csrf()
+        assert web.post(f"/messages/{failed}/replay", {"csrf": token}).status == 303
+        lines = [json.loads(line) for line in web.log.splitlines() if line.strip()]
+    replayed = [line for line in lines if line["message"] == f"web: replayed outbox {failed}"]
+    assert replayed, lines
+    assert replayed[0]["outbox_id"] == failed
+    assert replayed[0]["key"] == "logged" and replayed[0]["chat_id"] == 31337
+    assert replayed[0]["logger"] == "outbox.web" and replayed[0]["level"] == "INFO"
+
+
+# --- the pure parts, without a server ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("host", "loopback"),
+    [("127.0.0.1", True), ("127.0.0.2", True), ("::1", True), ("[::1]", True),
+     ("localhost", True), ("0.0.0.0", False), ("::", False), ("192.168.1.5", False),
+     ("example.com", False)],
+)  # fmt: skip
+def test_loopback_addresses(host: str, loopback: bool) -> None:
+    from outbox.web.auth import is_loopback
+
+    assert is_loopback(host) is loopback
+
+
+def test_origin_check_compares_host_and_port() -> None:
+    from outbox.web.auth import Guard
+
+    assert Guard.origin_matches(None, "127.0.0.1:8080")  # not a browser: the token decides
+    assert Guard.origin_matches("http://127.0.0.1:8080", "127.0.0.1:8080")
+    assert Guard.origin_matches("https://ops.example:443", "ops.example:443")  # behind TLS
+    assert not Guard.origin_matches("http://127.0.0.1:8081", "127.0.0.1:8080")
+    assert not Guard.origin_matches("http://localhost:8080", "127.0.0.1:8080")
+    assert not Guard.origin_matches("null", "127.0.0.1:8080")
+
+
+def test_the_password_comes_from_the_environment_or_a_file(tmp_path: Path) -> None:
+    from outbox.errors import ConfigError
+    from outbox.web.auth import read_password
+
+    assert read_password(None, {}) is None
+    assert read_password(None, {"OUTBOX_WEB_PASSWORD": " s3cret \n"}) == "s3cret"
+    secret = tmp_path / "pw"
+    secret.write_text("from-file\n")
+    assert read_password(str(secret), {}) == "from-file"
+    secret.write_text("\n")
+    with pytest.raises(ConfigError, match="is empty"):
+        read_password(str(secret), {})
+    with pytest.raises(ConfigError, match="cannot read the password file"):
+        read_password(str(tmp_path / "missing"), {})
+
+
+def test_the_chart_stacks_failed_on_delivered_and_scales_to_the_busiest_minute() -> None:
+    from outbox.queries import Activity
+    from outbox.web.views import CHART_HEIGHT, chart_bars
+
+    bars = chart_bars(Activity(delivered=[0, 4, 2], failed=[0, 0, 2]))
+    assert [b.delivered_height for b in bars] == [0, CHART_HEIGHT, CHART_HEIGHT / 2]
+    assert bars[2].failed_y + bars[2].failed_height == bars[2].delivered_y
+    assert bars[2].label == "this minute: 2 delivered, 2 failed"
+    assert bars[0].label == "2 min ago: 0 delivered, 0 failed"
