@@ -20,6 +20,8 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command, context
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from outbox import queries
 from outbox.db import connect_errors, create_engine, normalize_url
@@ -72,8 +74,7 @@ def upgrade(url: str, revision: str = "head", *, schema: str | None = None) -> N
     schema = resolve_schema(schema)
     config = _config(url, SCRIPT_PACKAGE, schema)
     with connect_errors(url):
-        if _adopt_or_refuse(url, schema):
-            command.stamp(config, KNOWN_REVISIONS[0])
+        _adopt_or_refuse(config, url, schema)
         command.upgrade(config, revision)
 
 
@@ -87,14 +88,18 @@ def upgrade_history(
         (command.stamp if stamp else command.upgrade)(config, revision)
 
 
-def _adopt_or_refuse(url: str, schema: str) -> bool:
-    """Look at the schema before Alembic does; True: version 0.1's tables, to be stamped."""
+def _adopt_or_refuse(config: Config, url: str, schema: str) -> None:
+    """Look at the schema before Alembic does: refuse a foreign ``outbox`` table, and record
+    version 0.1's tables as at the first revision, in one transaction (a failure halfway leaves
+    nothing half done) under the migrators' lock (two first runs adopt once)."""
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
+            lock = maintenance_lock_key(f"migrate:{schema}")
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock})
             facts = queries.schema_facts_sync(conn, schema=schema)
             if facts is None or _has_table(conn, schema, VERSION_TABLE):
-                return False
+                return
             comment, columns = facts
             if comment.startswith(COMMENT_PREFIX):
                 raise SchemaMismatch(
@@ -119,7 +124,10 @@ def _adopt_or_refuse(url: str, schema: str) -> bool:
                     ),
                     {"legacy": _LEGACY_REVISION},
                 )
-            return True
+            versions = MigrationContext.configure(
+                conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+            )
+            versions.stamp(ScriptDirectory.from_config(config), KNOWN_REVISIONS[0])
     finally:
         engine.dispose()
 

@@ -372,3 +372,46 @@ def test_the_runtime_import_graph_reaches_no_extra_no_demo_and_no_domain() -> No
     forbidden = ("pgserver", "aiohttp", "reminders", "outbox.fake_telegram", "outbox.embedded")
     reached = [m for m in modules if m.split(".")[0] in forbidden or m in forbidden]
     assert reached == []
+
+
+def test_first_runs_that_race_on_a_database_of_version_0_1_adopt_it_once(empty_db_url: str) -> None:
+    _legacy_database(empty_db_url)
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(LEGACY_ROWS)
+    before = _snapshot(empty_db_url)
+    host = Host(empty_db_url)
+    argv = [sys.executable, "-m", "outbox.cli", "migrate"]
+    racing = [
+        subprocess.Popen(argv, cwd=EXAMPLE, env=host.env, stderr=subprocess.PIPE, text=True)
+        for _ in range(4)
+    ]
+    errors = [proc.communicate(timeout=120)[1] for proc in racing]
+    assert [proc.returncode for proc in racing] == [0] * 4, errors
+    assert _snapshot(empty_db_url) == before
+    assert versions(empty_db_url, "outbox_alembic_version") == {"outbox_0001"}
+
+
+def test_an_adoption_that_fails_halfway_leaves_nothing_half_done(empty_db_url: str) -> None:
+    from outbox import migrate
+
+    _legacy_database(empty_db_url)
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(LEGACY_ROWS)
+        # Creating the version table fails: after the outbox table's comment has been written.
+        conn.execute(
+            "CREATE FUNCTION no_tables() RETURNS event_trigger LANGUAGE plpgsql AS "
+            "$$ BEGIN RAISE EXCEPTION 'no new tables today'; END $$"
+        )
+        conn.execute(
+            "CREATE EVENT TRIGGER no_tables ON ddl_command_start "
+            "WHEN TAG IN ('CREATE TABLE') EXECUTE FUNCTION no_tables()"
+        )
+    before = _snapshot(empty_db_url)
+    with pytest.raises(sa.exc.ProgrammingError, match="no new tables today"):
+        migrate.upgrade(empty_db_url)
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("DROP EVENT TRIGGER no_tables")
+
+    migrate.upgrade(empty_db_url)  # the next run adopts the tables as if the first had not run
+    assert _snapshot(empty_db_url) == before
+    assert versions(empty_db_url, "outbox_alembic_version") == {"outbox_0001"}
