@@ -142,17 +142,30 @@ def connect_errors(url: str) -> Iterator[None]:
         raise SchemaMissing(
             "the outbox tables are missing in this database: run `outbox migrate` first",
         ) from err
+    except psycopg.errors.InsufficientPrivilege as err:
+        raise _not_allowed(url, err) from err
     except sa.exc.ProgrammingError as err:
         if isinstance(err.orig, psycopg.errors.UndefinedTable):
             raise SchemaMissing(
                 "the outbox tables are missing in this database: run `outbox migrate` first",
             ) from err
+        if isinstance(err.orig, psycopg.errors.InsufficientPrivilege):
+            raise _not_allowed(url, err.orig) from err
         raise
     except (psycopg.OperationalError, sa.exc.OperationalError, sa.exc.InterfaceError) as err:
         reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
         raise DatabaseUnavailable(
             f"cannot reach the database at {redact_url(url)}: {reason}",
         ) from err
+
+
+def _not_allowed(url: str, err: psycopg.Error) -> ConfigError:
+    reason = str(err).strip().splitlines()[0]
+    user = urlsplit(url).username or "the default user"
+    return ConfigError(
+        f"the database refused user {user}: {reason} (grant the privilege, or use the user "
+        "that owns the outbox's schema)"
+    )
 
 
 # A connection whose peer vanished without a word (a failover, a dropped NAT entry) must fail

@@ -39,6 +39,7 @@ __all__ = [
     "BRANCH",
     "VERSIONS_LOCATION",
     "VERSION_TABLE",
+    "create_schema_sql",
     "include_object",
     "revision_comment",
     "run_migrations",
@@ -137,6 +138,16 @@ def _has_table(conn: sa.Connection, schema: str, table: str) -> bool:
     return found.scalar() is not None
 
 
+def create_schema_sql(schema: str) -> str:
+    """CREATE SCHEMA only if it is missing: even with IF NOT EXISTS, PostgreSQL first asks for
+    the CREATE privilege on the database, which an app's user that owns its schema (or was
+    granted CREATE on public) often does not have."""
+    return (
+        f"DO $$ BEGIN IF to_regnamespace('{schema}') IS NULL THEN "
+        f'CREATE SCHEMA "{schema}"; END IF; END $$'
+    )
+
+
 def _comment_sql(schema: str, revision: str) -> str:
     return f"COMMENT ON TABLE \"{schema}\".outbox IS '{COMMENT_PREFIX}{revision}'"
 
@@ -173,7 +184,7 @@ def run_migrations(*, version_table: str, own_schema: bool) -> None:
             lock = maintenance_lock_key(f"migrate:{schema}")
             connection.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": lock})
             if own_schema:
-                connection.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+                connection.execute(sa.text(create_schema_sql(schema)))
             connection.commit()
             context.configure(
                 connection=connection,

@@ -11,8 +11,10 @@ import json
 import os
 import subprocess
 import sys
-from collections.abc import Callable
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -414,4 +416,44 @@ def test_an_adoption_that_fails_halfway_leaves_nothing_half_done(empty_db_url: s
 
     migrate.upgrade(empty_db_url)  # the next run adopts the tables as if the first had not run
     assert _snapshot(empty_db_url) == before
+    assert versions(empty_db_url, "outbox_alembic_version") == {"outbox_0001"}
+
+
+@pytest.fixture
+def app_user(empty_db_url: str) -> Iterator[tuple[str, str]]:
+    """A login role with no privilege beyond connecting, as a DBA would create for an app
+    (the embedded server trusts local connections, so it needs no password)."""
+    if os.environ.get("OUTBOX_TEST_DATABASE_URL"):
+        pytest.skip("logs in as a new role: needs the embedded server's trust authentication")
+    role = f"app_{uuid.uuid4().hex[:8]}"
+    parts = urlsplit(empty_db_url)
+    url = urlunsplit(parts._replace(netloc=f"{role}@{parts.hostname or ''}"))
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute(f"CREATE ROLE {role} LOGIN")
+    try:
+        yield role, url
+    finally:
+        with psycopg.connect(empty_db_url, autocommit=True) as conn:
+            conn.execute(f"DROP OWNED BY {role}")
+            conn.execute(f"DROP ROLE {role}")
+
+
+def test_an_app_user_migrates_the_schema_it_owns_without_create_on_the_database(
+    app_user: tuple[str, str], empty_db_url: str
+) -> None:
+    role, url = app_user
+    host = Host(url)
+    refused = problem_line(host.outbox("migrate", expect=3).stderr)
+    assert f"refused user {role}: permission denied for schema public" in refused
+
+    # What a DBA grants an app: a schema of its own, or CREATE on public; not on the database.
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        for schema in ("shop_outbox", "shop_jobs"):
+            conn.execute(f"CREATE SCHEMA {schema} AUTHORIZATION {role}")
+        conn.execute(f"GRANT CREATE ON SCHEMA public TO {role}")
+    host.outbox("migrate", "--schema", "shop_outbox")
+    host.outbox("migrate")
+    Host(url, OUTBOX_SCHEMA="shop_jobs").alembic("upgrade", "heads", ini=INCLUDED)
+    assert tables(empty_db_url, "shop_jobs") == {"outbox", "yuborilgan"}
+    assert versions(empty_db_url, "shop_outbox.outbox_alembic_version") == {"outbox_0001"}
     assert versions(empty_db_url, "outbox_alembic_version") == {"outbox_0001"}
