@@ -170,6 +170,17 @@ def test_bad_payloads_are_refused_by_the_async_twins_too(db_url: str) -> None:
     assert {k: v[0] for k, v in _rows(db_url, "public").items()} == {"kept": GOOD}
 
 
+def test_cancel_takes_one_key_as_a_string_not_as_its_characters(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        for key in ("order-5", "o", "r"):
+            outbox.enqueue(conn, key=key, payload=GOOD)
+    with engine.begin() as conn:
+        assert outbox.cancel(conn, "order-5") == 1
+    with engine.begin() as conn:
+        keys = {k for (k,) in conn.execute(sa.text("SELECT kalit FROM outbox"))}
+    assert keys == {"o", "r"}
+
+
 def test_the_operator_functions_from_python(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         outbox.enqueue(conn, key="ok", payload=GOOD)
