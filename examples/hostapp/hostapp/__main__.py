@@ -12,13 +12,15 @@ import argparse
 import asyncio
 from collections.abc import Sequence
 
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 from hostapp import db, orders
 
 
 async def _order_async(customer_id: int, item: str, driver: str) -> int:
+    # Only the async path needs SQLAlchemy's asyncio support (greenlet).
+    from sqlalchemy.ext.asyncio import AsyncSession  # noqa: PLC0415
+
     engine = db.async_engine(driver)
     try:
         async with AsyncSession(engine) as session, session.begin():

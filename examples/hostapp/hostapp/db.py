@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncEngine
 
 # The same variable the outbox's commands read, so the shop and its relay cannot disagree on
 # the database. The outbox's schema comes from OUTBOX_SCHEMA (or outbox.configure) likewise.
@@ -26,4 +29,7 @@ def engine() -> sa.Engine:
 
 
 def async_engine(driver: str = "psycopg") -> AsyncEngine:
+    # SQLAlchemy's asyncio support needs greenlet (sqlalchemy[asyncio]): only async code pays.
+    from sqlalchemy.ext.asyncio import create_async_engine  # noqa: PLC0415
+
     return create_async_engine(database_url(driver))

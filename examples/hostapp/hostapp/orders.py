@@ -6,12 +6,16 @@ message once the transaction has committed, and never if it rolls back.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import sqlalchemy as sa
-from sqlalchemy.ext.asyncio import AsyncSession
 from sqlalchemy.orm import Session
 
 import outbox
 from hostapp.models import Customer, Order
+
+if TYPE_CHECKING:
+    from sqlalchemy.ext.asyncio import AsyncSession
 
 
 def add_customer(session: Session, *, name: str, chat_id: int) -> Customer:
