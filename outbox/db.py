@@ -121,7 +121,15 @@ def resolve_url(url: str | None) -> str:
         from outbox.embedded import embedded_url  # noqa: PLC0415 - only on demand
 
         folder = url.removeprefix(EMBEDDED).removeprefix(":")
-        return embedded_url(Path(folder) if folder else None)
+        try:
+            return embedded_url(Path(folder) if folder else None)
+        except ModuleNotFoundError as err:
+            if err.name != "pgserver":
+                raise
+            raise ConfigError(
+                "the embedded server needs the 'embedded' extra (pgserver is missing): "
+                "pip install 'outbox-telegram[embedded]', or give a postgresql:// URL"
+            ) from None
     return normalize_url(url)
 
 

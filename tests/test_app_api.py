@@ -248,6 +248,21 @@ def test_a_missing_database_url_is_one_line_and_never_the_embedded_server(
     assert not (tmp_path / ".outbox").exists()  # no embedded server was started
 
 
+@pytest.mark.parametrize("program", ["outbox", "reminders"])
+def test_embedded_without_its_extra_is_one_line_naming_the_extra(
+    program: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Any,
+) -> None:
+    monkeypatch.setitem(sys.modules, "pgserver", None)  # as on a plain `pip install`
+    main = outbox_main if program == "outbox" else reminders_main
+    code = main(["migrate", "--database-url", f"embedded:{tmp_path}"])
+    err = capsys.readouterr().err
+    assert code == 3
+    assert "pip install 'outbox-telegram[embedded]'" in _one_line(err, f"{program}: ")
+
+
 SECRET = "Qs-s3cret-77"
 SECRET_URLS = {
     # Unreachable (port 1): the error line names the server, not the password.
