@@ -22,6 +22,8 @@ import sqlalchemy as sa
 from alembic.autogenerate import compare_metadata
 from alembic.migration import MigrationContext
 
+import outbox
+from outbox import schema as outbox_schema
 from outbox.db import create_engine
 from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.migrate import include_object
@@ -32,6 +34,13 @@ EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hostapp"
 INCLUDED = "alembic_included.ini"
 CHECK_OK = "No new upgrade operations detected."
 SCHEMA_SETTING = "--schema or OUTBOX_SCHEMA"
+
+
+@pytest.fixture(autouse=True)
+def _schema_setting_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``outbox.configure`` (and an in-process CLI's ``--schema``) set a process-wide value."""
+    monkeypatch.setattr(outbox_schema, "_configured", None)
+    monkeypatch.delenv("OUTBOX_SCHEMA", raising=False)
 
 
 class Host:
@@ -206,7 +215,7 @@ def test_the_hosts_autogenerate_sees_the_outbox_only_without_the_filter(
     host.alembic("upgrade", "head")
     host.outbox("migrate")
     monkeypatch.syspath_prepend(str(EXAMPLE))
-    monkeypatch.setenv("OUTBOX_SCHEMA", schema)
+    outbox.configure(schema=schema)  # the Python-side setting, as a host's env.py would make it
     from hostapp.models import Base
 
     # Without the filter the host would write op.drop_table('outbox') into its next revision;
@@ -226,8 +235,6 @@ def test_a_custom_schema_end_to_end_through_the_command_line(
     host.outbox("migrate", "--schema", "jobs")
     assert tables(empty_db_url, "jobs") >= {"outbox", "yuborilgan", "outbox_alembic_version"}
     assert not {"outbox", "yuborilgan"} & tables(empty_db_url, "public")
-
-    import outbox
 
     engine = create_engine(empty_db_url)
     try:
