@@ -28,6 +28,7 @@ from outbox.db import connect_errors, create_engine, normalize_url
 from outbox.errors import SchemaMismatch
 from outbox.schema import (
     COMMENT_PREFIX,
+    DEFAULT_SCHEMA,
     KNOWN_REVISIONS,
     OWN_COLUMNS,
     current_schema,
@@ -212,5 +213,14 @@ def include_object(
 
 
 def _in_outbox_schema(table_schema: str | None) -> bool:
-    outbox_schema = current_schema()
-    return table_schema == outbox_schema or (table_schema is None and outbox_schema == "public")
+    # Autogenerate names the connection's default schema None: public, or what the host's
+    # search_path puts first (an app whose role defaults to its own schema).
+    return (table_schema or _default_schema()) == current_schema()
+
+
+def _default_schema() -> str:
+    try:
+        dialect = context.get_context().dialect
+    except NameError:  # not inside an Alembic run (a direct compare_metadata call)
+        return DEFAULT_SCHEMA
+    return dialect.default_schema_name or DEFAULT_SCHEMA

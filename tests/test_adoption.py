@@ -225,6 +225,23 @@ def test_the_hosts_autogenerate_sees_the_outbox_only_without_the_filter(
     assert _diffs(empty_db_url, schema, Base.metadata, filtered=True) == []
 
 
+def test_alembic_check_is_quiet_for_a_host_whose_search_path_starts_with_the_outboxs_schema(
+    empty_db_url: str,
+) -> None:
+    # An app whose database (or role) defaults to a schema of its own, which it also gives the
+    # outbox: autogenerate reports that schema's tables with no schema name at all.
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("CREATE SCHEMA shop")
+        database = conn.execute("SELECT current_database()").fetchone()
+        assert database is not None
+        conn.execute(f'ALTER DATABASE "{database[0]}" SET search_path = shop')
+    host = Host(empty_db_url, OUTBOX_SCHEMA="shop")
+    host.alembic("upgrade", "head")
+    host.outbox("migrate")
+    assert tables(empty_db_url, "shop") >= {"customer", "outbox", "outbox_alembic_version"}
+    assert CHECK_OK in host.alembic("check")
+
+
 # --- a schema of the user's choice, end to end through the command line -----------------------
 
 
