@@ -221,6 +221,8 @@ def _in_outbox_schema(table_schema: str | None) -> bool:
 def _default_schema() -> str:
     try:
         dialect = context.get_context().dialect
-    except NameError:  # not inside an Alembic run (a direct compare_metadata call)
+    # Not inside an Alembic run (a direct compare_metadata call): NameError before any run in
+    # this process, AttributeError after one has ended.
+    except (NameError, AttributeError):
         return DEFAULT_SCHEMA
     return dialect.default_schema_name or DEFAULT_SCHEMA
