@@ -107,8 +107,14 @@ async def enqueue_async(
     return Enqueued(*await queries.run_async(conn, steps))
 
 
-def cancel(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None) -> int:
-    """Withdraw unsent messages by key in the caller's transaction; return how many.
+def _keys(keys: str | Sequence[str]) -> list[str]:
+    # A str is a Sequence[str] too: cancel(session, "order-5") must not mean its characters.
+    return [keys] if isinstance(keys, str) else list(keys)
+
+
+def cancel(conn: SyncConn, keys: str | Sequence[str], *, schema: str | None = None) -> int:
+    """Withdraw unsent messages by key (one key or several) in the caller's transaction;
+    return how many.
 
     Pending and failed messages are deleted. So is a message a relay has claimed: a relay whose
     claimed row waited (for a send slot or a rate limit) checks that its claim still exists
@@ -116,15 +122,15 @@ def cancel(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None) ->
     key again right after cancelling it: another relay could send it while the first one is
     still sending. Use a new key, or ``update_pending`` to change a message's text.
     """
-    steps = queries.cancel(schema=resolve_schema(schema), keys=list(keys))
+    steps = queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
     return int(queries.run_sync(conn, steps))
 
 
 async def cancel_async(
-    conn: AsyncAppConn, keys: Sequence[str], *, schema: str | None = None
+    conn: AsyncAppConn, keys: str | Sequence[str], *, schema: str | None = None
 ) -> int:
     """``cancel`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = queries.cancel(schema=resolve_schema(schema), keys=list(keys))
+    steps = queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
     return int(await queries.run_async(conn, steps))
 
 

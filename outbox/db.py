@@ -34,20 +34,21 @@ __all__ = [
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
-_PASSWORD_PARAM = re.compile(r"(?i)((?:^|&)password=)[^&]*")
+# The user part's password: everything between the first ":" after "//" and the last "@",
+# so that a password with an unencoded "/", "?", "#" or "@" (which misleads a URL parser) is
+# still hidden whole.
+_USERINFO_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:).*@")
+# password=... in a URL's query or a key=value connection string, quoted or not.
+_PASSWORD_PARAM = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]*)")
 
 
 def redact_url(url: str) -> str:
-    """The URL with any password replaced (in the user part or the query), fit for a log."""
-    try:
-        parts = urlsplit(url)
-    except ValueError:
-        return "<unparseable URL>"
-    if parts.password is not None:
-        parts = parts._replace(netloc=parts.netloc.replace(f":{parts.password}@", ":***@", 1))
-    if parts.query:
-        parts = parts._replace(query=_PASSWORD_PARAM.sub(r"\1***", parts.query))
-    return _unsplit(parts)
+    """The URL with any password replaced (in the user part or the query), fit for a log.
+
+    Works on the text, not on a parsed URL: a URL that does not parse must not leak either.
+    """
+    text = _USERINFO_PASSWORD.sub(r"\g<head>***@", url.strip(), count=1)
+    return _PASSWORD_PARAM.sub(r"\1***", text)
 
 
 def _register_password(url: str) -> None:
@@ -71,13 +72,22 @@ def normalize_url(url: str) -> str:
         parts = urlsplit(url.strip())
         _ = parts.port  # raises ValueError on a non-numeric port
     except ValueError as err:
-        raise ConfigError(f"database URL does not parse: {redact_url(url)} ({err})") from None
+        # urllib's reason can quote a piece of a misplaced password (as the "port"): not shown.
+        raise ConfigError(
+            f"database URL does not parse: {redact_url(url)} ({_parse_problem(err)})"
+        ) from None
     if parts.scheme not in _SCHEMES:
         raise ConfigError(
             f"database URL must start with postgresql://, got {redact_url(url)!r}",
         )
     _register_password(url)
     return _unsplit(parts._replace(scheme="postgresql"))
+
+
+def _parse_problem(err: ValueError) -> str:
+    if "port" in str(err).lower():
+        return "the port is not a number; percent-encode any of : / ? # @ in the password"
+    return "percent-encode any of : / ? # @ [ ] in the user name or password"
 
 
 def _unsplit(parts: SplitResult) -> str:
@@ -111,7 +121,15 @@ def resolve_url(url: str | None) -> str:
         from outbox.embedded import embedded_url  # noqa: PLC0415 - only on demand
 
         folder = url.removeprefix(EMBEDDED).removeprefix(":")
-        return embedded_url(Path(folder) if folder else None)
+        try:
+            return embedded_url(Path(folder) if folder else None)
+        except ModuleNotFoundError as err:
+            if err.name != "pgserver":
+                raise
+            raise ConfigError(
+                "the embedded server needs the 'embedded' extra (pgserver is missing): "
+                "pip install 'outbox-telegram[embedded]', or give a postgresql:// URL"
+            ) from None
     return normalize_url(url)
 
 
@@ -132,17 +150,30 @@ def connect_errors(url: str) -> Iterator[None]:
         raise SchemaMissing(
             "the outbox tables are missing in this database: run `outbox migrate` first",
         ) from err
+    except psycopg.errors.InsufficientPrivilege as err:
+        raise _not_allowed(url, err) from err
     except sa.exc.ProgrammingError as err:
         if isinstance(err.orig, psycopg.errors.UndefinedTable):
             raise SchemaMissing(
                 "the outbox tables are missing in this database: run `outbox migrate` first",
             ) from err
+        if isinstance(err.orig, psycopg.errors.InsufficientPrivilege):
+            raise _not_allowed(url, err.orig) from err
         raise
     except (psycopg.OperationalError, sa.exc.OperationalError, sa.exc.InterfaceError) as err:
         reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
         raise DatabaseUnavailable(
             f"cannot reach the database at {redact_url(url)}: {reason}",
         ) from err
+
+
+def _not_allowed(url: str, err: psycopg.Error) -> ConfigError:
+    reason = str(err).strip().splitlines()[0]
+    user = urlsplit(url).username or "the default user"
+    return ConfigError(
+        f"the database refused user {user}: {reason} (grant the privilege, or use the user "
+        "that owns the outbox's schema)"
+    )
 
 
 # A connection whose peer vanished without a word (a failover, a dropped NAT entry) must fail

@@ -20,12 +20,15 @@ from typing import Any
 import sqlalchemy as sa
 from alembic import command, context
 from alembic.config import Config
+from alembic.migration import MigrationContext
+from alembic.script import ScriptDirectory
 
 from outbox import queries
 from outbox.db import connect_errors, create_engine, normalize_url
 from outbox.errors import SchemaMismatch
 from outbox.schema import (
     COMMENT_PREFIX,
+    DEFAULT_SCHEMA,
     KNOWN_REVISIONS,
     OWN_COLUMNS,
     current_schema,
@@ -37,6 +40,7 @@ __all__ = [
     "BRANCH",
     "VERSIONS_LOCATION",
     "VERSION_TABLE",
+    "create_schema_sql",
     "include_object",
     "revision_comment",
     "run_migrations",
@@ -72,8 +76,7 @@ def upgrade(url: str, revision: str = "head", *, schema: str | None = None) -> N
     schema = resolve_schema(schema)
     config = _config(url, SCRIPT_PACKAGE, schema)
     with connect_errors(url):
-        if _adopt_or_refuse(url, schema):
-            command.stamp(config, KNOWN_REVISIONS[0])
+        _adopt_or_refuse(config, url, schema)
         command.upgrade(config, revision)
 
 
@@ -87,14 +90,18 @@ def upgrade_history(
         (command.stamp if stamp else command.upgrade)(config, revision)
 
 
-def _adopt_or_refuse(url: str, schema: str) -> bool:
-    """Look at the schema before Alembic does; True: version 0.1's tables, to be stamped."""
+def _adopt_or_refuse(config: Config, url: str, schema: str) -> None:
+    """Look at the schema before Alembic does: refuse a foreign ``outbox`` table, and record
+    version 0.1's tables as at the first revision, in one transaction (a failure halfway leaves
+    nothing half done) under the migrators' lock (two first runs adopt once)."""
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
+            lock = maintenance_lock_key(f"migrate:{schema}")
+            conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock})
             facts = queries.schema_facts_sync(conn, schema=schema)
             if facts is None or _has_table(conn, schema, VERSION_TABLE):
-                return False
+                return
             comment, columns = facts
             if comment.startswith(COMMENT_PREFIX):
                 raise SchemaMismatch(
@@ -119,7 +126,10 @@ def _adopt_or_refuse(url: str, schema: str) -> bool:
                     ),
                     {"legacy": _LEGACY_REVISION},
                 )
-            return True
+            versions = MigrationContext.configure(
+                conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+            )
+            versions.stamp(ScriptDirectory.from_config(config), KNOWN_REVISIONS[0])
     finally:
         engine.dispose()
 
@@ -127,6 +137,16 @@ def _adopt_or_refuse(url: str, schema: str) -> bool:
 def _has_table(conn: sa.Connection, schema: str, table: str) -> bool:
     found = conn.execute(sa.text("SELECT to_regclass(:name)"), {"name": f'"{schema}".{table}'})
     return found.scalar() is not None
+
+
+def create_schema_sql(schema: str) -> str:
+    """CREATE SCHEMA only if it is missing: even with IF NOT EXISTS, PostgreSQL first asks for
+    the CREATE privilege on the database, which an app's user that owns its schema (or was
+    granted CREATE on public) often does not have."""
+    return (
+        f"DO $$ BEGIN IF to_regnamespace('{schema}') IS NULL THEN "
+        f'CREATE SCHEMA "{schema}"; END IF; END $$'
+    )
 
 
 def _comment_sql(schema: str, revision: str) -> str:
@@ -165,7 +185,7 @@ def run_migrations(*, version_table: str, own_schema: bool) -> None:
             lock = maintenance_lock_key(f"migrate:{schema}")
             connection.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": lock})
             if own_schema:
-                connection.execute(sa.text(f'CREATE SCHEMA IF NOT EXISTS "{schema}"'))
+                connection.execute(sa.text(create_schema_sql(schema)))
             connection.commit()
             context.configure(
                 connection=connection,
@@ -193,5 +213,16 @@ def include_object(
 
 
 def _in_outbox_schema(table_schema: str | None) -> bool:
-    outbox_schema = current_schema()
-    return table_schema == outbox_schema or (table_schema is None and outbox_schema == "public")
+    # Autogenerate names the connection's default schema None: public, or what the host's
+    # search_path puts first (an app whose role defaults to its own schema).
+    return (table_schema or _default_schema()) == current_schema()
+
+
+def _default_schema() -> str:
+    try:
+        dialect = context.get_context().dialect
+    # Not inside an Alembic run (a direct compare_metadata call): NameError before any run in
+    # this process, AttributeError after one has ended.
+    except (NameError, AttributeError):
+        return DEFAULT_SCHEMA
+    return dialect.default_schema_name or DEFAULT_SCHEMA

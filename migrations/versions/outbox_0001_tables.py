@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from alembic import op
 
-from outbox.migrate import revision_comment, target_schema
+from outbox.migrate import create_schema_sql, revision_comment, target_schema
 
 revision = "outbox_0001"
 down_revision = None
@@ -22,7 +22,7 @@ depends_on = None
 
 def upgrade() -> None:
     s = f'"{target_schema()}"'
-    op.execute(f"CREATE SCHEMA IF NOT EXISTS {s}")
+    op.execute(create_schema_sql(target_schema()))
     op.execute(
         f"""
         CREATE TABLE {s}.outbox (
