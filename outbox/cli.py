@@ -156,9 +156,9 @@ def _add_database(parser: _Parser) -> None:
     parser.add(
         "--schema",
         env="OUTBOX_SCHEMA",
-        default=DEFAULT_SCHEMA,
+        default=None,
         convert=validate_schema,
-        help="the PostgreSQL schema of the outbox tables",
+        help=f"the PostgreSQL schema of the outbox tables (default {DEFAULT_SCHEMA})",
     )
 
 
@@ -584,6 +584,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return err.exit_code
     except KeyboardInterrupt:
         return 130
+    except BrokenPipeError:
+        # `outbox list | head`: the reader has gone; nothing left to say to it.
+        with contextlib.suppress(OSError):
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141
     except Exception:
         # A bug, not a mistake of the user's: keep the traceback, but through the redacting
         # log formatter, so that not even a crash can print the token.
