@@ -8,7 +8,7 @@ from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Inte
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["DEFAULT_TIME_ZONE", "Base", "HandledUpdate", "Task", "User"]
+__all__ = ["DEFAULT_TIME_ZONE", "Base", "HandledUpdate", "PressedReminder", "Task", "User"]
 
 DEFAULT_TIME_ZONE = "Asia/Tashkent"
 
@@ -83,4 +83,17 @@ class HandledUpdate(Base):
     update_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
     received_at: Mapped[datetime] = mapped_column(
         "olingan", DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class PressedReminder(Base):
+    """A reminder message whose button was pressed, and what the press did."""
+
+    __tablename__ = "eslatma_javob"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    message_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    action: Mapped[str] = mapped_column("amal", Text)
+    pressed_at: Mapped[datetime] = mapped_column(
+        "vaqt", DateTime(timezone=True), server_default=func.now()
     )

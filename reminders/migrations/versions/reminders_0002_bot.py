@@ -50,6 +50,19 @@ def upgrade() -> None:
         """
     )
     op.execute("CREATE INDEX bot_yangilanish_olingan_idx ON bot_yangilanish (olingan)")
+    # Reminder messages whose button was pressed, and what the press did: a second press on
+    # the same message (a double tap, two presses before the edit arrived) is told so.
+    op.execute(
+        """
+        CREATE TABLE eslatma_javob (
+            chat_id    bigint NOT NULL,
+            message_id bigint NOT NULL,
+            amal       text NOT NULL,
+            vaqt       timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (chat_id, message_id)
+        )
+        """
+    )
     # SECURITY DEFINER: the relay's database role needs no rights on the domain's tables. The
     # function must never fail the relay's write: a problem becomes a warning in the server log.
     op.execute(
@@ -96,6 +109,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     op.execute(f'DROP TRIGGER vazifalar_relay_outcome ON "{target_schema()}".outbox')
     op.execute(f'DROP FUNCTION "{_domain_schema()}".vazifalar_relay_outcome()')
+    op.execute("DROP TABLE eslatma_javob")
     op.execute("DROP TABLE bot_yangilanish")
     op.execute("ALTER TABLE vazifa DROP COLUMN kechiktirish")
     op.execute("DROP INDEX foydalanuvchi_chat_idx")
