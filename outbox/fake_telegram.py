@@ -387,6 +387,7 @@ class _People:
 
     def __init__(self) -> None:
         self.updates: list[dict[str, Any]] = []
+        self.sent_updates: dict[int, dict[str, Any]] = {}  # every update ever posted, by id
         self.next_update_id = 700_000_001
         self.messages: dict[tuple[int, int], dict[str, Any]] = {}
         self.queries: dict[str, bool] = {}  # callback query id -> answered
@@ -572,22 +573,24 @@ class FakeTelegram:
     ) -> str:
         """A person presses an inline button of the bot's message (by its data or its text).
 
-        Returns the callback query id, which answerCallbackQuery must name.
+        With ``data`` the press may be of a keyboard the message no longer has: a client still
+        showing the old keyboard (a double tap before the edit arrived) sends it so. Returns
+        the callback query id, which answerCallbackQuery must name.
         """
         with self._lock:
             message = self._people.messages.get((chat_id, message_id))
             if message is None:
                 raise ValueError(f"no message {message_id} in chat {chat_id}")
-            buttons = [
-                b for row in message.get("reply_markup", {}).get("inline_keyboard", []) for b in row
-            ]
-            chosen = [
-                b
-                for b in buttons
-                if data in (None, b.get("callback_data")) and text in (None, b["text"])
-            ]
-            if not chosen or "callback_data" not in chosen[0]:
-                raise ValueError(f"message {message_id} has no such button")
+            if data is None:
+                buttons = [
+                    b
+                    for row in message.get("reply_markup", {}).get("inline_keyboard", [])
+                    for b in row
+                    if b["text"] == text and "callback_data" in b
+                ]
+                if not buttons:
+                    raise ValueError(f"message {message_id} has no button {text!r}")
+                data = str(buttons[0]["callback_data"])
             query_id = str(secrets.randbits(63))
             self._people.queries[query_id] = False
             query = {
@@ -595,10 +598,23 @@ class FakeTelegram:
                 "from": _person(chat_id if chat_id > 0 else 1, first_name),
                 "message": copy.deepcopy(message),
                 "chat_instance": str(-abs(hash(chat_id)) % 2**62),
-                "data": chosen[0]["callback_data"],
+                "data": data,
             }
             self._add_update({"callback_query": query})
             return query_id
+
+    def posted_updates(self) -> list[dict[str, Any]]:
+        """Every update posted so far (messages and button presses), oldest first."""
+        with self._lock:
+            return copy.deepcopy(list(self._people.sent_updates.values()))
+
+    def redeliver(self, update_id: int) -> None:
+        """Offer an update again, as Telegram does when a bot did not confirm it: a webhook
+        that answered too late, or a poller that died before its next getUpdates (a poller
+        that lives on confirms it away with its next offset, as with Telegram)."""
+        with self._lock:
+            self._people.updates.append(copy.deepcopy(self._people.sent_updates[update_id]))
+            self._lock.notify_all()
 
     def _next_message_id(self, chat_id: int) -> int:
         message_id = self._message_ids.get(chat_id, 0) + 1
@@ -609,6 +625,7 @@ class FakeTelegram:
         update_id = self._people.next_update_id
         self._people.next_update_id += 1
         self._people.updates.append({"update_id": update_id, **body})
+        self._people.sent_updates[update_id] = copy.deepcopy(self._people.updates[-1])
         self._lock.notify_all()
         return update_id
 

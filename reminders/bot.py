@@ -115,8 +115,10 @@ class _Handlers:
             )
             return
         text = message.text
-        if text:
-            await asyncio.to_thread(self.transaction, lambda s: chat.handle_text(s, incoming, text))
+        if text and not await asyncio.to_thread(
+            self.transaction, lambda s: chat.handle_text(s, incoming, text)
+        ):
+            log.info("update %s was handled by another bot process", update.update_id)
 
     async def on_button(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
         query, incoming = update.callback_query, self._incoming(update)
@@ -130,8 +132,9 @@ class _Handlers:
         outcome = await asyncio.to_thread(
             self.transaction, lambda s: chat.handle_button(s, incoming, message_id, data)
         )
-        if outcome is None:
-            return  # another bot process handled this update and answers it
+        if outcome is None:  # another bot process handled this update and answers it
+            log.info("update %s was handled by another bot process", update.update_id)
+            return
         await _quietly(query.answer(outcome.answer))
         if outcome.edit is not None:
             await _quietly(query.edit_message_text(outcome.edit, parse_mode=ParseMode.HTML))

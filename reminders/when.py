@@ -2,7 +2,7 @@
 
 The grammar (words in Uzbek or English; times in the user's time zone)::
 
-    WHEN  := DURATION            from now: 30m, 2h, 1h30m, 1d
+    WHEN  := DURATION            from now: 30m, 2h, 1h30m, 1d (and 45s, for trying it out)
            | [DAY] HH:MM         DAY: bugun/today (the default), ertaga/tomorrow, YYYY-MM-DD
 
 ``/add Hisobot ertaga 09:00``, ``/add Hisobot 2026-12-01 09:00``, ``/add Non 30m``.
@@ -22,15 +22,15 @@ __all__ = ["EXAMPLES", "parse_title_and_when"]
 EXAMPLES = "/add Hisobot ertaga 09:00, /add Hisobot 2026-12-01 09:00, /add Non 30m"
 TODAY = frozenset({"bugun", "today"})
 TOMORROW = frozenset({"ertaga", "tomorrow"})
-_DURATION = re.compile(r"(?:\d{1,4}[dhm])+")
-_UNITS = {"d": 86400, "h": 3600, "m": 60}
+_DURATION = re.compile(r"(?:\d{1,4}[dhms])+")
+_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _MAX_AHEAD = timedelta(days=5 * 366)
 
 
 def _duration(text: str) -> timedelta:
-    seconds = sum(int(m.group(1)) * _UNITS[m.group(2)] for m in re.finditer(r"(\d+)([dhm])", text))
+    seconds = sum(int(m.group(1)) * _UNITS[m.group(2)] for m in re.finditer(r"(\d+)([dhms])", text))
     return timedelta(seconds=seconds)
 
 

@@ -50,12 +50,13 @@ def bot_processes(
 ) -> Iterator[list[BotProcess]]:
     """``count`` bots, each polling the fake before this yields; all stopped afterwards."""
     bots: list[BotProcess] = []
+    log_dir.mkdir(parents=True, exist_ok=True)
     try:
         for i in range(count):
             before = _polls(fake)
             bots.append(BotProcess(env, log_dir, f"bot{i + 1}"))
             wait_until(
-                lambda: _polls(fake) > before or bots[-1].proc.poll() is not None,
+                lambda before=before: _polls(fake) > before or bots[-1].proc.poll() is not None,
                 30,
                 "the bot's first getUpdates",
             )
@@ -96,11 +97,9 @@ class Person:
 
     def press(self, message: Delivered, text_starts: str, timeout: float = 15.0) -> str:
         """Press the button whose label starts with ``text_starts``; return the callback answer."""
-        current = self.fake.message(message.chat_id, message.message_id) or {}
         markup = message.reply_markup or {}
         buttons = [b for row in markup.get("inline_keyboard", []) for b in row]
         [button] = [b for b in buttons if b["text"].startswith(text_starts)]
-        del current
         query_id = self.fake.press_button(
             message.chat_id, message.message_id, data=button["callback_data"]
         )
