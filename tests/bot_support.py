@@ -90,10 +90,17 @@ class Person:
         )
 
     def say(self, text: str, timeout: float = 15.0) -> str:
-        """Write ``text`` and return the bot's reply (the next message in the chat)."""
+        """Write ``text`` and return the bot's reply: the next message without buttons (a
+        reminder, which has them, may come in between)."""
         before = len(self.received())
         self.fake.post_message(self.chat_id, text, first_name=self.name)
-        return self.wait_for_messages(before + 1, timeout)[before].text
+        replies = wait_until(
+            lambda: [m for m in self.received()[before:] if m.reply_markup is None],
+            timeout,
+            f"the reply to {text!r}",
+            explain=lambda: "\n".join(m.text for m in self.received()),
+        )
+        return str(replies[0].text)
 
     def press(self, message: Delivered, text_starts: str, timeout: float = 15.0) -> str:
         """Press the button whose label starts with ``text_starts``; return the callback answer."""
