@@ -112,7 +112,13 @@ Command = Callable[[Session, Incoming, User, list[str]], str]
 
 
 def handle_text(session: Session, incoming: Incoming, text: str) -> bool:
-    """Act on a message; False if another transaction already did (a duplicate update)."""
+    """Act on a message; False if another transaction already did (a duplicate update).
+
+    In a group only commands get an answer: a bot that may read every message of a group must
+    not answer each of them.
+    """
+    if not incoming.private and not text.startswith("/"):
+        return True
     if not _claim(session, incoming):
         return False
     _reply(session, incoming, _answer_text(session, incoming, text))

@@ -394,3 +394,12 @@ def test_webhook_mode_receives_updates_with_its_secret(
     finally:
         assert hooked.stop() == 0, hooked.log
     assert "webhook-secret-1" not in hooked.log
+
+
+def test_in_a_group_only_commands_are_answered(
+    bot: BotProcess, fake_telegram: FakeTelegram
+) -> None:
+    group = Person(fake_telegram, -4003, "Jamoa")
+    fake_telegram.post_message(group.chat_id, "salom hammaga", user_id=777)
+    assert "faqat shaxsiy chatda" in group.say("/start")
+    assert len(group.received()) == 1
