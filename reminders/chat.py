@@ -283,31 +283,26 @@ def handle_button(
     return outcome
 
 
+def _already_done(task: Task) -> tuple[ButtonOutcome, str]:
+    edit = f"✅ Bajarilgan: {_b(task.title)}"
+    return ButtonOutcome("Bu vazifa allaqachon bajarilgan.", edit), "bajarilgan"
+
+
 def _press_done(session: Session, task: Task) -> tuple[ButtonOutcome, str]:
     if task.done:
-        return ButtonOutcome(
-            "Bu vazifa allaqachon bajarilgan.", f"✅ Bajarilgan: {_b(task.title)}"
-        ), ("bajarilgan")
+        return _already_done(task)
     service.complete_task(session, task.id)
     return ButtonOutcome("Bajarildi ✅", f"✅ Bajarildi: {_b(task.title)}"), "bajarildi"
 
 
 def _press_snooze(session: Session, task: Task, delay: timedelta) -> tuple[ButtonOutcome, str]:
-    if task.done:
-        return ButtonOutcome(
-            "Bu vazifa allaqachon bajarilgan.", f"✅ Bajarilgan: {_b(task.title)}"
-        ), ("bajarilgan")
     snoozed = service.snooze_task(session, task.id, delay)
-    assert snoozed.reminder is not None  # the task is not done
+    if snoozed.reminder is None:  # the task is done
+        return _already_done(task)
     later = duration_words(delay)
     at = _local(snoozed.reminder.run_at, task.user.time_zone)
-    return (
-        ButtonOutcome(
-            f"{later}dan keyin yana eslataman",
-            f"⏰ Keyinroq: {_b(task.title)}\n{later}dan keyin ({at}) yana eslataman.",
-        ),
-        f"{later}ga qoldirildi",
-    )
+    edit = f"⏰ Keyinroq: {_b(task.title)}\n{later}dan keyin ({at}) yana eslataman."
+    return ButtonOutcome(f"{later}dan keyin yana eslataman", edit), f"{later}ga qoldirildi"
 
 
 # --- groups --------------------------------------------------------------------------------------

@@ -102,11 +102,17 @@ class Person:
         )
         return str(replies[0].text)
 
-    def press(self, message: Delivered, text_starts: str, timeout: float = 15.0) -> str:
-        """Press the button whose label starts with ``text_starts``; return the callback answer."""
+    def press(
+        self, message: Delivered, text_starts: str, *, edits: bool = True, timeout: float = 15.0
+    ) -> str:
+        """Press the button whose label starts with ``text_starts``; return the callback answer.
+
+        With ``edits`` wait for the bot's edit of the message too (it follows the answer).
+        """
         markup = message.reply_markup or {}
         buttons = [b for row in markup.get("inline_keyboard", []) for b in row]
         [button] = [b for b in buttons if b["text"].startswith(text_starts)]
+        edited_before = self._edits_of(message)
         query_id = self.fake.press_button(
             message.chat_id, message.message_id, data=button["callback_data"]
         )
@@ -115,4 +121,14 @@ class Person:
             timeout,
             "the answer to the button press",
         )
+        if edits:
+            wait_until(
+                lambda: self._edits_of(message) > edited_before, timeout, "the reminder's edit"
+            )
         return str(answer[0].text)
+
+    def _edits_of(self, message: Delivered) -> int:
+        return sum(
+            e.chat_id == message.chat_id and e.message_id == message.message_id
+            for e in self.fake.edits
+        )
