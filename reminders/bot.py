@@ -18,9 +18,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TypeVar
+from typing import Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
@@ -38,6 +38,9 @@ __all__ = ["BotConfig", "build_application", "run_bot"]
 
 log = logging.getLogger("reminders.bot")
 T = TypeVar("T")
+# The default Application: its six type parameters (bot, context, user/chat/bot data, job
+# queue) are python-telegram-bot's defaults here.
+_App: TypeAlias = "Application[Any, Any, Any, Any, Any, Any]"
 
 DEFAULT_POLL_TIMEOUT = 10.0
 DEFAULT_WEBHOOK_LISTEN = "0.0.0.0"  # noqa: S104 - a webhook server listens for Telegram
@@ -140,10 +143,10 @@ class _Handlers:
             await _quietly(query.edit_message_text(outcome.edit, parse_mode=ParseMode.HTML))
 
 
-async def _quietly(call: object) -> None:
+async def _quietly(call: Awaitable[object]) -> None:
     """A direct answer whose failure changes nothing already committed: log it and go on."""
     try:
-        await call  # type: ignore[misc]
+        await call
     except tg.BadRequest as err:
         # "message is not modified", "query is too old": the person sees the right thing.
         log.info("Telegram declined an answer: %s", redact(str(err)))
@@ -159,14 +162,14 @@ async def _on_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
     )
 
 
-def build_application(config: BotConfig, engine: sa.Engine) -> Application:  # type: ignore[type-arg]
+def build_application(config: BotConfig, engine: sa.Engine) -> _App:
     """The bot's ``Application`` with its handlers; run it with ``run_bot``."""
     register_secret(config.token)
     if config.webhook_secret:
         register_secret(config.webhook_secret, "[secret]")
     handlers = _Handlers(engine, bot_id=int(config.token.split(":", 1)[0]))
 
-    async def post_init(app: Application) -> None:  # type: ignore[type-arg]
+    async def post_init(app: _App) -> None:
         await app.bot.set_my_commands(_COMMANDS)
         forgotten = await asyncio.to_thread(handlers.transaction, chat.forget_old_updates)
         log.info("bot started; forgot %d old update claims", forgotten)
