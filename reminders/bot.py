@@ -46,6 +46,8 @@ DEFAULT_POLL_TIMEOUT = 10.0
 DEFAULT_WEBHOOK_LISTEN = "0.0.0.0"  # noqa: S104 - a webhook server listens for Telegram
 DEFAULT_WEBHOOK_PORT = 8443
 _DB_ATTEMPTS = 4
+# Claims of handled updates older than two days are dropped at start and every so many updates.
+_FORGET_EVERY = 1000
 _COMMANDS = [
     BotCommand("add", "vazifa qo'shish: /add Hisobot ertaga 09:00"),
     BotCommand("list", "ochiq vazifalar"),
@@ -77,6 +79,7 @@ class _Handlers:
     def __init__(self, engine: sa.Engine, bot_id: int) -> None:
         self._engine = engine
         self._bot_id = bot_id
+        self._handled = 0
 
     def transaction(self, work: Callable[[Session], T]) -> T:
         """Run ``work`` in one transaction; retry a few times when the database is away.
@@ -94,6 +97,14 @@ class _Handlers:
                 log.warning("database unavailable (%s); retrying", type(err).__name__)
                 time.sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
+
+    async def _handle(self, work: Callable[[Session], T]) -> T:
+        """``work`` in a transaction of its own, off the event loop."""
+        result = await asyncio.to_thread(self.transaction, work)
+        self._handled += 1
+        if self._handled % _FORGET_EVERY == 0:
+            await asyncio.to_thread(self.transaction, chat.forget_old_updates)
+        return result
 
     def _incoming(self, update: Update) -> chat.Incoming | None:
         where, who = update.effective_chat, update.effective_user
@@ -113,14 +124,10 @@ class _Handlers:
             return
         if message.migrate_to_chat_id:
             new_chat = message.migrate_to_chat_id
-            await asyncio.to_thread(
-                self.transaction, lambda s: chat.handle_migration(s, incoming, new_chat)
-            )
+            await self._handle(lambda s: chat.handle_migration(s, incoming, new_chat))
             return
         text = message.text
-        if text and not await asyncio.to_thread(
-            self.transaction, lambda s: chat.handle_text(s, incoming, text)
-        ):
+        if text and not await self._handle(lambda s: chat.handle_text(s, incoming, text)):
             log.info("update %s was handled by another bot process", update.update_id)
 
     async def on_button(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -132,9 +139,7 @@ class _Handlers:
             await _quietly(query.answer("Bu tugma eskirgan."))
             return
         data, message_id = query.data, message.message_id
-        outcome = await asyncio.to_thread(
-            self.transaction, lambda s: chat.handle_button(s, incoming, message_id, data)
-        )
+        outcome = await self._handle(lambda s: chat.handle_button(s, incoming, message_id, data))
         if outcome is None:  # another bot process handled this update and answers it
             log.info("update %s was handled by another bot process", update.update_id)
             return

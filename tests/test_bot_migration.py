@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import psycopg
 from alembic import command
@@ -55,3 +58,27 @@ def test_the_trigger_follows_only_a_relays_outcome(db_url: str) -> None:
         )
         users = conn.execute("SELECT ism, chat_id, faol FROM foydalanuvchi ORDER BY ism").fetchall()
     assert users == [("A", 11, False), ("B", -1000022, True)]
+
+
+def test_the_trigger_works_with_the_outbox_in_its_own_schema(empty_db_url: str) -> None:
+    env = {**os.environ, "OUTBOX_SCHEMA": "jobs", "OUTBOX_DATABASE_URL": empty_db_url}
+    ran = subprocess.run(
+        [sys.executable, "-m", "reminders", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11)")
+        conn.execute(
+            "INSERT INTO jobs.outbox (kalit, payload, holat) VALUES ('a', %s, 'bajarilmoqda')",
+            (json.dumps({"chat_id": 11, "text": "x"}),),
+        )
+        conn.execute(
+            "UPDATE jobs.outbox SET holat = 'xato', oxirgi_xato = "
+            "'Telegram refused (403): Forbidden: user is deactivated'"
+        )
+        assert conn.execute("SELECT faol FROM foydalanuvchi").fetchone() == (False,)
