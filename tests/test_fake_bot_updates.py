@@ -117,26 +117,28 @@ def test_a_button_with_too_much_data_is_refused(fake_telegram: FakeTelegram) -> 
 
 def test_people_can_be_played_through_the_control_api(fake_telegram: FakeTelegram) -> None:
     """What a developer uses against `outbox fake-telegram` in another process."""
-    api = httpx.Client(base_url=fake_telegram.api_url)
-    bot = f"/bot{TEST_TOKEN}"
-    posted = api.post("/_fake/message", json={"chat_id": 42, "text": "/start"}).json()
-    [update] = api.post(f"{bot}/getUpdates", data={"timeout": "0"}).json()["result"]
-    assert update["update_id"] == posted["update_id"]
-    assert update["message"]["text"] == "/start"
-    keyboard = {"inline_keyboard": [[{"text": "Ha", "callback_data": "d:1"}]]}
-    sent = api.post(
-        f"{bot}/sendMessage",
-        data={"chat_id": "42", "text": "Savol", "reply_markup": json.dumps(keyboard)},
-    ).json()["result"]
-    assert sent["reply_markup"] == keyboard
-    pressed = api.post(
-        "/_fake/press", json={"chat_id": 42, "message_id": sent["message_id"], "text": "Ha"}
-    ).json()
-    query = pressed["callback_query_id"]
-    assert api.post(f"{bot}/answerCallbackQuery", data={"callback_query_id": query}).json()["ok"]
-    edit = {"chat_id": "42", "message_id": str(sent["message_id"]), "text": "Javob"}
-    assert api.post(f"{bot}/editMessageText", data=edit).json()["result"]["text"] == "Javob"
-    assert [a["callback_query_id"] for a in api.get("/_fake/answers").json()] == [query]
-    assert [e["text"] for e in api.get("/_fake/edits").json()] == ["Javob"]
-    missing = api.post("/_fake/press", json={"chat_id": 42, "message_id": 99, "text": "Ha"})
-    assert missing.status_code == 400
+    with httpx.Client(base_url=fake_telegram.api_url) as api:
+        bot = f"/bot{TEST_TOKEN}"
+        posted = api.post("/_fake/message", json={"chat_id": 42, "text": "/start"}).json()
+        [update] = api.post(f"{bot}/getUpdates", data={"timeout": "0"}).json()["result"]
+        assert update["update_id"] == posted["update_id"]
+        assert update["message"]["text"] == "/start"
+        keyboard = {"inline_keyboard": [[{"text": "Ha", "callback_data": "d:1"}]]}
+        sent = api.post(
+            f"{bot}/sendMessage",
+            data={"chat_id": "42", "text": "Savol", "reply_markup": json.dumps(keyboard)},
+        ).json()["result"]
+        assert sent["reply_markup"] == keyboard
+        pressed = api.post(
+            "/_fake/press", json={"chat_id": 42, "message_id": sent["message_id"], "text": "Ha"}
+        ).json()
+        query = pressed["callback_query_id"]
+        assert api.post(f"{bot}/answerCallbackQuery", data={"callback_query_id": query}).json()[
+            "ok"
+        ]
+        edit = {"chat_id": "42", "message_id": str(sent["message_id"]), "text": "Javob"}
+        assert api.post(f"{bot}/editMessageText", data=edit).json()["result"]["text"] == "Javob"
+        assert [a["callback_query_id"] for a in api.get("/_fake/answers").json()] == [query]
+        assert [e["text"] for e in api.get("/_fake/edits").json()] == ["Javob"]
+        missing = api.post("/_fake/press", json={"chat_id": 42, "message_id": 99, "text": "Ha"})
+        assert missing.status_code == 400
