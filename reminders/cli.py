@@ -9,6 +9,7 @@ import argparse
 import json
 import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -44,6 +45,7 @@ ENV_WEBHOOK_LISTEN = "REMINDERS_WEBHOOK_LISTEN"
 ENV_WEBHOOK_PORT = "REMINDERS_WEBHOOK_PORT"
 ENV_WEBHOOK_SECRET = "REMINDERS_WEBHOOK_SECRET"  # noqa: S105 - a name; the secret: env only
 ENV_LOG_LEVEL = "REMINDERS_LOG_LEVEL"
+_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what Telegram accepts as a webhook secret
 
 Handler = Callable[[Session, argparse.Namespace], None]
 
@@ -361,6 +363,13 @@ def _bot(args: argparse.Namespace) -> None:
     webhook = args.webhook_url or None
     if webhook is not None and not webhook.startswith(("https://", "http://")):
         raise UsageError(f"{PROG} bot: --webhook-url must be an https:// URL, got {webhook!r}")
+    secret = os.environ.get(ENV_WEBHOOK_SECRET) or None
+    if webhook is not None and (secret is None or not _SECRET.fullmatch(secret)):
+        # Without it anyone who finds the URL could post updates in a person's name.
+        raise UsageError(
+            f"{PROG} bot: webhook mode needs {ENV_WEBHOOK_SECRET}: 1-256 characters of "
+            "A-Z, a-z, 0-9, _ and -"
+        )
     snooze_choices()  # a bad REMINDERS_SNOOZE is refused now, not at the first reminder
     config = BotConfig(
         database_url=resolve_url(args.database_url),
@@ -370,7 +379,7 @@ def _bot(args: argparse.Namespace) -> None:
         webhook_url=webhook,
         webhook_listen=args.listen,
         webhook_port=int(_number("--port", args.port, 1, 65535)),
-        webhook_secret=os.environ.get(ENV_WEBHOOK_SECRET) or None,
+        webhook_secret=secret,
     )
     configure_logging(level)
     print(f"database {redact_url(config.database_url)}", file=sys.stderr)
