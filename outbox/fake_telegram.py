@@ -6,6 +6,15 @@ and status codes. Faults can be scripted per chat, Telegram's rate limits can be
 every request and delivery is recorded with timestamps. A small control API under ``/_fake/``
 drives a fake running in another process.
 
+For a bot that receives updates the fake also plays the people: a test posts a user's message
+(``post_message``) or a press of an inline button (``press_button``), and the bot reads them
+with ``getUpdates`` (offsets and long polling as Telegram does them) or receives them on its
+webhook (``setWebhook``: the fake POSTs each update with the secret-token header until the bot
+answers 200). ``answerCallbackQuery`` and ``editMessageText`` answer as the real server does,
+errors included (a query answered twice, a message not modified). Unlike the real server, two
+bots may long-poll at once: Telegram answers the second with 409 Conflict, the fake hands both
+the same updates, which is the worst case a bot's own duplicate check must survive.
+
 Rate limits (``enforce_limits``): 30 messages in any 1 s window per bot, 1 message in any 1 s
 window per private chat (no burst, so a second message within a second is refused), 20 messages
 in any 60 s window per group (negative chat id). Limits are checked before scripted faults; a
@@ -16,11 +25,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import hashlib
 import hmac
 import json
 import math
 import re
+import secrets
 import signal
 import threading
 import time
@@ -34,7 +45,27 @@ from aiohttp import web
 
 TOKEN_RE = re.compile(r"\d+:[A-Za-z0-9_-]+")
 MAX_TEXT_LENGTH = 4096
-_METHODS = {"getme": "getMe", "sendmessage": "sendMessage"}
+_METHODS = {
+    name.lower(): name
+    for name in (
+        "getMe",
+        "sendMessage",
+        "getUpdates",
+        "answerCallbackQuery",
+        "editMessageText",
+        "setWebhook",
+        "deleteWebhook",
+        "getWebhookInfo",
+        "setMyCommands",
+    )
+}
+_QUERY_INVALID = "Bad Request: query is too old and response timeout expired or query ID is invalid"
+_NOT_MODIFIED = (
+    "Bad Request: message is not modified: specified new message content and reply markup are "
+    "exactly the same as a current content and reply markup of the message"
+)
+_COMMAND_RE = re.compile(r"/[A-Za-z0-9_]{1,32}(?:@[A-Za-z0-9_]{1,32})?")
+_MAX_CALLBACK_DATA = 64
 _PARSE_MODES = frozenset({"html", "markdown", "markdownv2"})
 _ALLOWED_TAGS = frozenset(
     {"b", "strong", "i", "em", "u", "ins", "s", "strike", "del", "a", "code", "pre"}
@@ -64,6 +95,27 @@ class Delivered:
     at: float  # time.monotonic() when accepted
     wall: float  # time.time() when accepted
     parse_mode: str | None
+    reply_markup: dict[str, Any] | None = None  # the inline keyboard, as Telegram's JSON
+
+
+@dataclass(frozen=True, slots=True)
+class Edited:
+    """An editMessageText the fake accepted."""
+
+    chat_id: int
+    message_id: int
+    text: str
+    reply_markup: dict[str, Any] | None
+    wall: float
+
+
+@dataclass(frozen=True, slots=True)
+class CallbackAnswer:
+    """An answerCallbackQuery the fake accepted."""
+
+    callback_query_id: str
+    text: str | None
+    show_alert: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -167,6 +219,13 @@ def _json_response(
     return web.Response(body=body, status=status, headers=headers, content_type="application/json")
 
 
+def _ok(result: Any, description: str | None = None) -> web.Response:
+    payload: dict[str, Any] = {"ok": True, "result": result}
+    if description is not None:
+        payload["description"] = description
+    return _json_response(200, payload)
+
+
 def _error(status: int, description: str, parameters: dict[str, int] | None = None) -> web.Response:
     payload: dict[str, Any] = {"ok": False, "error_code": status, "description": description}
     headers = None
@@ -251,6 +310,27 @@ def _check_send(
     return chat_id, text, plain, parse_mode, problem
 
 
+def _read_markup(raw: Any) -> tuple[dict[str, Any] | None, str | None]:
+    """An inline keyboard from a request (a JSON string in a form): (markup, problem)."""
+    if raw is None or raw == "":
+        return None, None
+    try:
+        markup = json.loads(raw) if isinstance(raw, str) else raw
+    except ValueError:
+        return None, "can't parse reply keyboard markup JSON object"
+    rows = markup.get("inline_keyboard") if isinstance(markup, dict) else None
+    if not isinstance(rows, list) or not all(isinstance(row, list) for row in rows):
+        return None, "can't parse inline keyboard markup JSON object"
+    for row in rows:
+        for button in row:
+            if not isinstance(button, dict) or not str(button.get("text") or "").strip():
+                return None, "can't parse inline keyboard button: Text buttons are unallowed"
+            data = button.get("callback_data")
+            if data is not None and not 1 <= len(str(data).encode()) <= _MAX_CALLBACK_DATA:
+                return None, "BUTTON_DATA_INVALID"
+    return {"inline_keyboard": rows}, None
+
+
 def _parse_chat_id(raw: Any) -> int | None:
     if isinstance(raw, bool):
         return None
@@ -302,6 +382,37 @@ class _Entry:
         self.fault, self.left = fault, left
 
 
+class _People:
+    """The users' side: updates not yet confirmed by the bot, and the bot's messages as they
+    stand now (for button presses and edits)."""
+
+    def __init__(self) -> None:
+        self.updates: list[dict[str, Any]] = []
+        self.sent_updates: dict[int, dict[str, Any]] = {}  # every update ever posted, by id
+        self.next_update_id = 700_000_001
+        self.messages: dict[tuple[int, int], dict[str, Any]] = {}
+        self.queries: dict[str, bool] = {}  # callback query id -> answered
+        self.answers: list[CallbackAnswer] = []
+        self.edits: list[Edited] = []
+        self.webhook_url = ""
+        self.webhook_secret: str | None = None
+
+
+def _person(user_id: int, first_name: str) -> dict[str, Any]:
+    return {"id": user_id, "is_bot": False, "first_name": first_name, "language_code": "uz"}
+
+
+def _chat(chat_id: int, first_name: str = "") -> dict[str, Any]:
+    if chat_id > 0:
+        return {"id": chat_id, "first_name": first_name or f"User {chat_id}", "type": "private"}
+    kind = "supergroup" if str(chat_id).startswith("-100") else "group"
+    return {"id": chat_id, "title": f"Group {chat_id}", "type": kind}
+
+
+def _flag(value: Any) -> bool:
+    return str(value).lower() == "true"
+
+
 class FakeTelegram:
     """The fake server. Records are read through thread-safe snapshot properties."""
 
@@ -322,11 +433,13 @@ class FakeTelegram:
         # Called with the chat id of every well-formed sendMessage before it is answered, on the
         # server's thread: tests inject faults that are not answers (the sender killed mid-send).
         self.on_send: Callable[[int], None] | None = None
+        self._people = _People()
         self._host = "127.0.0.1"
         self._port = 0
         self._runner: web.AppRunner | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
+        self._loop_task: asyncio.Task[None] | None = None
 
     # ---- records and scripting (callable from any thread) ----
 
@@ -370,6 +483,7 @@ class FakeTelegram:
             self._message_ids.clear()
             self._limiter = _Limiter()
             self.rejected_429 = 0
+            self._people = _People()
 
     def script(self, chat_id: int | None, fault: Fault, times: int | None = 1) -> None:
         """Queue ``fault`` for ``chat_id`` (None: any chat) ``times`` times, or forever if None.
@@ -393,6 +507,131 @@ class FakeTelegram:
                         queue.popleft()
                 return entry.fault
         return None
+
+    # ---- the people: messages and button presses for a bot to receive ----
+
+    @property
+    def edits(self) -> list[Edited]:
+        with self._lock:
+            return list(self._people.edits)
+
+    @property
+    def callback_answers(self) -> list[CallbackAnswer]:
+        with self._lock:
+            return list(self._people.answers)
+
+    def pending_updates(self) -> int:
+        """Updates the bot has not confirmed yet (getUpdates offset, or a webhook's 200)."""
+        with self._lock:
+            return len(self._people.updates)
+
+    def message(self, chat_id: int, message_id: int) -> dict[str, Any] | None:
+        """A message of the bot as it stands now (after edits), in Telegram's JSON."""
+        with self._lock:
+            found = self._people.messages.get((chat_id, message_id))
+            return None if found is None else copy.deepcopy(found)
+
+    def post_message(
+        self, chat_id: int, text: str, *, first_name: str = "Aziza", user_id: int | None = None
+    ) -> int:
+        """A person writes ``text`` in ``chat_id`` (a private chat: the user id is the chat id).
+
+        Returns the update id. A leading /command gets its ``bot_command`` entity, as in
+        Telegram, which is what command handlers look for.
+        """
+        sender = _person(chat_id if user_id is None else user_id, first_name)
+        with self._lock:
+            message: dict[str, Any] = {
+                "message_id": self._next_message_id(chat_id),
+                "from": sender,
+                "chat": _chat(chat_id, first_name),
+                "date": int(time.time()),
+                "text": text,
+            }
+            command = _COMMAND_RE.match(text)
+            if command is not None:
+                length = len(command.group().encode("utf-16-le")) // 2
+                message["entities"] = [{"offset": 0, "length": length, "type": "bot_command"}]
+            return self._add_update({"message": message})
+
+    def post_migration(self, chat_id: int, new_chat_id: int) -> int:
+        """The group ``chat_id`` became the supergroup ``new_chat_id``: its service message."""
+        with self._lock:
+            message = {
+                "message_id": self._next_message_id(chat_id),
+                "from": _person(chat_id, "Admin") | {"id": 1},
+                "chat": _chat(chat_id),
+                "date": int(time.time()),
+                "migrate_to_chat_id": new_chat_id,
+            }
+            return self._add_update({"message": message})
+
+    def press_button(
+        self,
+        chat_id: int,
+        message_id: int,
+        *,
+        data: str | None = None,
+        text: str | None = None,
+        first_name: str = "Aziza",
+    ) -> str:
+        """A person presses an inline button of the bot's message (by its data or its text).
+
+        With ``data`` the press may be of a keyboard the message no longer has: a client still
+        showing the old keyboard (a double tap before the edit arrived) sends it so. Returns
+        the callback query id, which answerCallbackQuery must name.
+        """
+        with self._lock:
+            message = self._people.messages.get((chat_id, message_id))
+            if message is None:
+                raise ValueError(f"no message {message_id} in chat {chat_id}")
+            if data is None:
+                buttons = [
+                    b
+                    for row in message.get("reply_markup", {}).get("inline_keyboard", [])
+                    for b in row
+                    if b["text"] == text and "callback_data" in b
+                ]
+                if not buttons:
+                    raise ValueError(f"message {message_id} has no button {text!r}")
+                data = str(buttons[0]["callback_data"])
+            query_id = str(secrets.randbits(63))
+            self._people.queries[query_id] = False
+            query = {
+                "id": query_id,
+                "from": _person(chat_id if chat_id > 0 else 1, first_name),
+                "message": copy.deepcopy(message),
+                "chat_instance": str(-abs(hash(chat_id)) % 2**62),
+                "data": data,
+            }
+            self._add_update({"callback_query": query})
+            return query_id
+
+    def posted_updates(self) -> list[dict[str, Any]]:
+        """Every update posted so far (messages and button presses), oldest first."""
+        with self._lock:
+            return copy.deepcopy(list(self._people.sent_updates.values()))
+
+    def redeliver(self, update_id: int) -> None:
+        """Offer an update again, as Telegram does when a bot did not confirm it: a webhook
+        that answered too late, or a poller that died before its next getUpdates (a poller
+        that lives on confirms it away with its next offset, as with Telegram)."""
+        with self._lock:
+            self._people.updates.append(copy.deepcopy(self._people.sent_updates[update_id]))
+            self._lock.notify_all()
+
+    def _next_message_id(self, chat_id: int) -> int:
+        message_id = self._message_ids.get(chat_id, 0) + 1
+        self._message_ids[chat_id] = message_id
+        return message_id
+
+    def _add_update(self, body: dict[str, Any]) -> int:
+        update_id = self._people.next_update_id
+        self._people.next_update_id += 1
+        self._people.updates.append({"update_id": update_id, **body})
+        self._people.sent_updates[update_id] = copy.deepcopy(self._people.updates[-1])
+        self._lock.notify_all()
+        return update_id
 
     # ---- Bot API ----
 
@@ -434,7 +673,7 @@ class FakeTelegram:
         if method == "getMe":
             me = {"ok": True, "result": self._bot_user(token, full=True)}
             return await self._answer(None, method, at, _json_response(200, me))
-        if method != "sendMessage":
+        if method not in _METHODS.values():
             return await self._answer(None, method, at, _error(404, "Not Found"))
         try:
             params = await _read_params(request)
@@ -445,7 +684,150 @@ class FakeTelegram:
             # The client vanished mid-request (a relay killed with -9): nothing was delivered
             # and nobody is left to answer.
             return web.Response(status=400)
-        return await self._send_message(request, token, params, at)
+        if method == "sendMessage":
+            return await self._send_message(request, token, params, at)
+        if method == "getUpdates":
+            return await self._answer(None, method, at, await self._get_updates(params))
+        handler = {
+            "answerCallbackQuery": self._answer_callback_query,
+            "editMessageText": self._edit_message_text,
+            "setWebhook": self._set_webhook,
+            "deleteWebhook": self._delete_webhook,
+            "getWebhookInfo": self._webhook_info,
+            "setMyCommands": self._set_my_commands,
+        }[method]
+        return await self._answer(None, method, at, handler(params, token))
+
+    async def _get_updates(self, params: dict[str, Any]) -> web.Response:
+        """Confirm the updates below ``offset``; wait up to ``timeout`` s for newer ones."""
+        try:
+            offset = int(params.get("offset") or 0)
+            limit = min(max(int(params.get("limit") or 100), 1), 100)
+            timeout = min(max(float(params.get("timeout") or 0), 0.0), 50.0)
+        except ValueError:
+            return _error(400, "Bad Request: invalid getUpdates parameters")
+        with self._lock:
+            if self._people.webhook_url:
+                return _error(
+                    409,
+                    "Conflict: can't use getUpdates method while webhook is active; "
+                    "use deleteWebhook to delete the webhook first",
+                )
+            updates = self._people.updates
+            if offset < 0:
+                del updates[: max(0, len(updates) + offset)]
+            elif offset > 0:
+                updates[:] = [u for u in updates if u["update_id"] >= offset]
+        deadline = time.monotonic() + timeout
+        while True:
+            with self._lock:
+                batch = list(self._people.updates[:limit])
+            if batch or time.monotonic() >= deadline or self._runner is None:
+                return _ok(batch)
+            await asyncio.sleep(0.02)
+
+    def _answer_callback_query(self, params: dict[str, Any], _token: str) -> web.Response:
+        query_id = str(params.get("callback_query_id") or "")
+        text = params.get("text")
+        with self._lock:
+            if self._people.queries.get(query_id, True):  # unknown, or answered already
+                return _error(400, _QUERY_INVALID)
+            self._people.queries[query_id] = True
+            self._people.answers.append(
+                CallbackAnswer(
+                    query_id, None if text is None else str(text), _flag(params.get("show_alert"))
+                )
+            )
+            self._lock.notify_all()
+        return _ok(True)
+
+    def _edit_message_text(self, params: dict[str, Any], _token: str) -> web.Response:
+        if params.get("inline_message_id"):
+            return _error(400, "Bad Request: the fake has no inline messages")
+        chat_id, text, plain, _parse_mode, problem = _check_send(params)
+        markup, markup_problem = _read_markup(params.get("reply_markup"))
+        problem = problem or markup_problem
+        try:
+            message_id = int(params.get("message_id") or 0)
+        except ValueError:
+            message_id = 0
+        if problem is not None or chat_id is None:
+            return _error(400, f"Bad Request: {problem}")
+        with self._lock:
+            message = self._people.messages.get((chat_id, message_id))
+            if message is None:
+                return _error(400, "Bad Request: message to edit not found")
+            if message["text"] == plain and message.get("reply_markup") == markup:
+                return _error(400, _NOT_MODIFIED)
+            # Without reply_markup the edit takes the inline keyboard away, as Telegram does.
+            message["text"] = plain
+            message.pop("reply_markup", None)
+            if markup is not None:
+                message["reply_markup"] = markup
+            message["edit_date"] = int(time.time())
+            self._people.edits.append(Edited(chat_id, message_id, text, markup, time.time()))
+            self._lock.notify_all()
+            return _ok(copy.deepcopy(message))
+
+    def _set_my_commands(self, _params: dict[str, Any], _token: str) -> web.Response:
+        return _ok(True)
+
+    def _set_webhook(self, params: dict[str, Any], _token: str) -> web.Response:
+        url = str(params.get("url") or "")
+        if url and not url.startswith(("http://", "https://")):
+            return _error(
+                400, "Bad Request: bad webhook: An HTTPS URL must be provided for webhook"
+            )
+        with self._lock:
+            self._people.webhook_url = url
+            self._people.webhook_secret = params.get("secret_token") or None
+            if _flag(params.get("drop_pending_updates")):
+                self._people.updates.clear()
+        if url and self._loop_task is None:
+            self._loop_task = asyncio.get_running_loop().create_task(self._push_updates())
+        return _ok(True, "Webhook was set" if url else "Webhook was deleted")
+
+    def _delete_webhook(self, params: dict[str, Any], token: str) -> web.Response:
+        with self._lock:
+            was_set = bool(self._people.webhook_url)
+        response = self._set_webhook(
+            {"drop_pending_updates": params.get("drop_pending_updates")}, token
+        )
+        return response if was_set else _ok(True, "Webhook is already deleted")
+
+    def _webhook_info(self, _params: dict[str, Any], _token: str) -> web.Response:
+        with self._lock:
+            info = {
+                "url": self._people.webhook_url,
+                "has_custom_certificate": False,
+                "pending_update_count": len(self._people.updates),
+            }
+        return _ok(info)
+
+    async def _push_updates(self) -> None:
+        """Deliver updates to the webhook one at a time, each until the bot answers 200."""
+        import aiohttp  # noqa: PLC0415 - the client side is needed only with a webhook
+
+        async with aiohttp.ClientSession() as client:
+            while self._runner is not None:
+                with self._lock:
+                    url, secret = self._people.webhook_url, self._people.webhook_secret
+                    update = self._people.updates[0] if self._people.updates else None
+                if not url or update is None:
+                    await asyncio.sleep(0.02)
+                    continue
+                headers = {} if secret is None else {"X-Telegram-Bot-Api-Secret-Token": secret}
+                try:
+                    async with client.post(url, json=update, headers=headers) as answer:
+                        delivered = answer.status == 200
+                except (aiohttp.ClientError, OSError):
+                    delivered = False
+                if delivered:
+                    with self._lock:
+                        if self._people.updates and self._people.updates[0] is update:
+                            self._people.updates.pop(0)
+                else:
+                    await asyncio.sleep(0.2)
 
     async def _send_message(
         self, request: web.Request, token: str, params: dict[str, Any], at: float
@@ -471,9 +853,13 @@ class FakeTelegram:
                 response = _error(fault.status, fault.description, dict(fault.parameters))
             return await self._answer(chat_id, method, at, response, fault.delay)
 
+        markup, markup_problem = _read_markup(params.get("reply_markup"))
+        if markup_problem is not None:
+            bad_markup = _error(400, f"Bad Request: {markup_problem}")
+            return await self._answer(chat_id, method, at, bad_markup)
         message: dict[str, Any] = {}
         if fault is None or fault.delivered:
-            message = self._deliver(chat_id, text, plain, parse_mode, token)
+            message = self._deliver(chat_id, text, plain, parse_mode, token, markup=markup)
         if fault is not None and fault.kind == "drop":
             self._record(chat_id, method, at, 0)
             if self.latency > 0:
@@ -487,29 +873,33 @@ class FakeTelegram:
         )
 
     def _deliver(
-        self, chat_id: int, text: str, plain: str, parse_mode: str | None, token: str
+        self,
+        chat_id: int,
+        text: str,
+        plain: str,
+        parse_mode: str | None,
+        token: str,
+        *,
+        markup: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
+        wall = time.time()
         with self._lock:
-            message_id = self._message_ids.get(chat_id, 0) + 1
-            self._message_ids[chat_id] = message_id
-            wall = time.time()
+            message_id = self._next_message_id(chat_id)
             self._delivered.append(
-                Delivered(chat_id, text, message_id, time.monotonic(), wall, parse_mode)
+                Delivered(chat_id, text, message_id, time.monotonic(), wall, parse_mode, markup)
             )
+            message: dict[str, Any] = {
+                "message_id": message_id,
+                "from": self._bot_user(token, full=False),
+                "chat": _chat(chat_id),
+                "date": int(wall),
+                "text": plain,
+            }
+            if markup is not None:
+                message["reply_markup"] = markup
+            self._people.messages[(chat_id, message_id)] = message
             self._lock.notify_all()
-        kind = "supergroup" if str(chat_id).startswith("-100") else "group"
-        chat: dict[str, Any] = (
-            {"id": chat_id, "first_name": f"User {chat_id}", "type": "private"}
-            if chat_id > 0
-            else {"id": chat_id, "title": f"Group {chat_id}", "type": kind}
-        )
-        return {
-            "message_id": message_id,
-            "from": self._bot_user(token, full=False),
-            "chat": chat,
-            "date": int(wall),
-            "text": plain,
-        }
+            return copy.deepcopy(message)
 
     # ---- control API ----
 
@@ -520,9 +910,20 @@ class FakeTelegram:
         if what == "delivered":
             chat = request.query.get("chat_id")
             rows = self.delivered if chat is None else self.delivered_to(int(chat))
-            return _json_response(200, [asdict(d) for d in rows])
+            # reply_markup only where there is one: the older records' shape stays as it was.
+            return _json_response(
+                200,
+                [
+                    {k: v for k, v in asdict(d).items() if k != "reply_markup" or v is not None}
+                    for d in rows
+                ],
+            )
         if what == "requests":
             return _json_response(200, [asdict(r) for r in self.requests])
+        if what == "edits":
+            return _json_response(200, [asdict(e) for e in self.edits])
+        if what == "answers":
+            return _json_response(200, [asdict(a) for a in self.callback_answers])
         return _json_response(404, {"ok": False, "description": "unknown control endpoint"})
 
     async def _control_post(self, request: web.Request) -> web.Response:
@@ -538,6 +939,21 @@ class FakeTelegram:
                     Fault.from_dict(body["fault"]),
                     body.get("times", 1),
                 )
+            elif what == "message":
+                update_id = self.post_message(
+                    int(body["chat_id"]),
+                    str(body["text"]),
+                    first_name=body.get("first_name", "Aziza"),
+                )
+                return _json_response(200, {"ok": True, "update_id": update_id})
+            elif what == "press":
+                query_id = self.press_button(
+                    int(body["chat_id"]),
+                    int(body["message_id"]),
+                    data=body.get("data"),
+                    text=body.get("text"),
+                )
+                return _json_response(200, {"ok": True, "callback_query_id": query_id})
             elif what == "config":
                 self.latency = float(body.get("latency", self.latency))
                 self.enforce_limits = bool(body.get("enforce_limits", self.enforce_limits))
@@ -582,6 +998,11 @@ class FakeTelegram:
 
     async def stop(self) -> None:
         runner, self._runner = self._runner, None
+        task, self._loop_task = self._loop_task, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
         if runner is not None:
             await runner.cleanup()
 

@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 __all__ = [
+    "MAX_CALLBACK_DATA_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_PAYLOAD_DEPTH",
     "MAX_TEXT_LENGTH",
@@ -32,7 +33,16 @@ _MAX_CHAT_ID = 2**52
 _MAX_CHANNEL_NAME = 32  # characters of a Telegram username
 _PARSE_MODES = ("HTML", "Markdown", "MarkdownV2")
 _OPTIONAL_FLAGS = ("disable_notification", "protect_content")
-_ALLOWED_KEYS = {"chat_id", "text", "parse_mode", "message_thread_id", *_OPTIONAL_FLAGS}
+_ALLOWED_KEYS = {
+    "chat_id",
+    "text",
+    "parse_mode",
+    "message_thread_id",
+    "reply_markup",
+    *_OPTIONAL_FLAGS,
+}
+MAX_CALLBACK_DATA_BYTES = 64  # Telegram's limit for a button's callback_data, in UTF-8 bytes
+_BUTTON_KINDS = ("callback_data", "url")  # the inline buttons a stored message may carry
 
 
 class MalformedPayload(ValueError):
@@ -123,4 +133,43 @@ def send_message_args(payload: Any) -> dict[str, Any]:
             if not isinstance(value, bool):
                 raise MalformedPayload(f"{flag} must be true or false")
             args[flag] = value
+    markup = payload.get("reply_markup")
+    if markup is not None:
+        args["reply_markup"] = _inline_keyboard(markup)
     return args
+
+
+def _inline_keyboard(markup: Any) -> dict[str, Any]:
+    """An ``InlineKeyboardMarkup`` as JSON: rows of buttons, each with text and one action."""
+    if not isinstance(markup, Mapping) or set(markup) != {"inline_keyboard"}:
+        raise MalformedPayload("reply_markup must be an object with only inline_keyboard")
+    rows = markup["inline_keyboard"]
+    if not isinstance(rows, list) or not rows:
+        raise MalformedPayload("reply_markup.inline_keyboard must be a non-empty list of rows")
+    for row in rows:
+        if not isinstance(row, list) or not row:
+            raise MalformedPayload("each inline_keyboard row must be a non-empty list of buttons")
+        for button in row:
+            _check_button(button)
+    return {"inline_keyboard": [[dict(button) for button in row] for row in rows]}
+
+
+def _check_button(button: Any) -> None:
+    if not isinstance(button, Mapping):
+        raise MalformedPayload("an inline keyboard button must be an object")
+    text = button.get("text")
+    if not isinstance(text, str) or not text.strip():
+        raise MalformedPayload("an inline keyboard button needs a non-empty text")
+    kinds = [kind for kind in _BUTTON_KINDS if kind in button]
+    if len(kinds) != 1 or set(button) != {"text", kinds[0]}:
+        raise MalformedPayload(
+            f"button {text!r} needs exactly one of {', '.join(_BUTTON_KINDS)} beside its text"
+        )
+    value = button[kinds[0]]
+    if not isinstance(value, str) or not value:
+        raise MalformedPayload(f"button {text!r}: {kinds[0]} must be a non-empty string")
+    if kinds[0] == "callback_data" and len(value.encode()) > MAX_CALLBACK_DATA_BYTES:
+        raise MalformedPayload(
+            f"button {text!r}: callback_data is {len(value.encode())} bytes; "
+            f"Telegram allows {MAX_CALLBACK_DATA_BYTES}"
+        )

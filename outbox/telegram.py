@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 import httpx
-from telegram import Bot
+from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram import error as tg
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
@@ -162,11 +162,21 @@ class TelegramSender:
             ) from None
 
     async def send(self, args: Mapping[str, Any]) -> SentMessage:
+        markup = args.get("reply_markup")
+        if markup is not None:
+            args = {**args, "reply_markup": _keyboard(markup)}
         message = await self._bot.send_message(**args)
         return SentMessage(chat_id=message.chat_id, message_id=message.message_id)
 
     async def close(self) -> None:
         await self._bot.shutdown()
+
+
+def _keyboard(markup: Mapping[str, Any]) -> InlineKeyboardMarkup:
+    """The payload's checked ``inline_keyboard`` (outbox.payload) as python-telegram-bot's."""
+    return InlineKeyboardMarkup(
+        [[InlineKeyboardButton(**button) for button in row] for row in markup["inline_keyboard"]]
+    )
 
 
 class NullSender:

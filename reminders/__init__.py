@@ -19,11 +19,15 @@ from reminders.service import (
     create_task,
     create_user,
     delete_task,
+    find_user_by_chat,
     get_task,
     get_user,
     list_tasks,
     rename_task,
     reschedule_task,
+    set_time_zone,
+    sign_up,
+    snooze_task,
 )
 
 __all__ = [
@@ -37,9 +41,13 @@ __all__ = [
     "create_task",
     "create_user",
     "delete_task",
+    "find_user_by_chat",
     "get_task",
     "get_user",
     "list_tasks",
     "rename_task",
     "reschedule_task",
+    "set_time_zone",
+    "sign_up",
+    "snooze_task",
 ]

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
+import re
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta
@@ -37,6 +39,13 @@ ENV_DATABASE_URL = "OUTBOX_DATABASE_URL"
 ENV_USER = "REMINDERS_USER"
 ENV_TIME_ZONE = "REMINDERS_TZ"
 ENV_REMIND_BEFORE = "REMINDERS_REMIND_BEFORE"
+ENV_POLL_TIMEOUT = "REMINDERS_POLL_TIMEOUT"
+ENV_WEBHOOK_URL = "REMINDERS_WEBHOOK_URL"
+ENV_WEBHOOK_LISTEN = "REMINDERS_WEBHOOK_LISTEN"
+ENV_WEBHOOK_PORT = "REMINDERS_WEBHOOK_PORT"
+ENV_WEBHOOK_SECRET = "REMINDERS_WEBHOOK_SECRET"  # noqa: S105 - a name; the secret: env only
+ENV_LOG_LEVEL = "REMINDERS_LOG_LEVEL"
+_SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what Telegram accepts as a webhook secret
 
 Handler = Callable[[Session, argparse.Namespace], None]
 
@@ -267,6 +276,57 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate", parents=[common], help="create or upgrade the outbox's and the domain's tables"
     )
     migrate.set_defaults(handler=None, standalone=_migrate)
+    bot = commands.add_parser(
+        "bot",
+        parents=[common],
+        help="run the vazifalar Telegram bot (long polling, or a webhook with --webhook-url)",
+        description=(
+            "Run the vazifalar bot. The token comes from TELEGRAM_BOT_TOKEN or "
+            "TELEGRAM_BOT_TOKEN_FILE, the Bot API from OUTBOX_TELEGRAM_API_URL, as for the relay; "
+            "the replies go out through the outbox, so run `outbox relay` too. The webhook's "
+            f"secret token is read from {ENV_WEBHOOK_SECRET} only."
+        ),
+    )
+    _env_flag(
+        bot,
+        "--poll-timeout",
+        ENV_POLL_TIMEOUT,
+        default="10",
+        metavar="SECONDS",
+        help_text="long polling: how long one getUpdates waits for news",
+    )
+    _env_flag(
+        bot,
+        "--webhook-url",
+        ENV_WEBHOOK_URL,
+        metavar="URL",
+        help_text="receive updates on this public HTTPS URL instead of polling",
+    )
+    _env_flag(
+        bot,
+        "--listen",
+        ENV_WEBHOOK_LISTEN,
+        default="0.0.0.0",  # noqa: S104 - the webhook server listens for Telegram
+        metavar="ADDRESS",
+        help_text="webhook mode: the address the local server binds",
+    )
+    _env_flag(
+        bot,
+        "--port",
+        ENV_WEBHOOK_PORT,
+        default="8443",
+        metavar="PORT",
+        help_text="webhook mode: the local server's port (TLS ends at your proxy)",
+    )
+    _env_flag(
+        bot,
+        "--log-level",
+        ENV_LOG_LEVEL,
+        default="INFO",
+        metavar="LEVEL",
+        help_text="DEBUG, INFO, WARNING or ERROR",
+    )
+    bot.set_defaults(handler=None, standalone=_bot)
     demo = commands.add_parser("demo", help="the whole story on the embedded defaults")
     demo.set_defaults(handler=None, standalone=_demo)
     return parser
@@ -279,6 +339,51 @@ def _migrate(args: argparse.Namespace) -> None:
     print(f"database {redact_url(url)}", file=sys.stderr)
     migrate_all(url)
     print("the outbox and vazifalar tables are up to date")
+
+
+def _number(flag: str, text: str, low: float, high: float) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise UsageError(f"{PROG} bot: {flag} must be a number, got {text!r}") from None
+    if not low <= value <= high:
+        raise UsageError(f"{PROG} bot: {flag} must be between {low:g} and {high:g}, got {text}")
+    return value
+
+
+def _bot(args: argparse.Namespace) -> None:
+    from outbox.config import read_token, telegram_api_url  # noqa: PLC0415
+    from outbox.redact import configure_logging  # noqa: PLC0415
+    from reminders.bot import BotConfig, run_bot  # noqa: PLC0415 - the bot only when it runs
+    from reminders.messages import snooze_choices  # noqa: PLC0415
+
+    level = logging.getLevelName(str(args.log_level).upper())
+    if not isinstance(level, int):
+        raise UsageError(f"{PROG} bot: unknown --log-level {args.log_level!r}")
+    webhook = args.webhook_url or None
+    if webhook is not None and not webhook.startswith(("https://", "http://")):
+        raise UsageError(f"{PROG} bot: --webhook-url must be an https:// URL, got {webhook!r}")
+    secret = os.environ.get(ENV_WEBHOOK_SECRET) or None
+    if webhook is not None and (secret is None or not _SECRET.fullmatch(secret)):
+        # Without it anyone who finds the URL could post updates in a person's name.
+        raise UsageError(
+            f"{PROG} bot: webhook mode needs {ENV_WEBHOOK_SECRET}: 1-256 characters of "
+            "A-Z, a-z, 0-9, _ and -"
+        )
+    snooze_choices()  # a bad REMINDERS_SNOOZE is refused now, not at the first reminder
+    config = BotConfig(
+        database_url=resolve_url(args.database_url),
+        token=read_token(),
+        api_url=telegram_api_url(),
+        poll_timeout=_number("--poll-timeout", args.poll_timeout, 0, 50),
+        webhook_url=webhook,
+        webhook_listen=args.listen,
+        webhook_port=int(_number("--port", args.port, 1, 65535)),
+        webhook_secret=secret,
+    )
+    configure_logging(level)
+    print(f"database {redact_url(config.database_url)}", file=sys.stderr)
+    run_bot(config)
 
 
 def _demo(_args: argparse.Namespace) -> None:

@@ -3,7 +3,8 @@
 An embedded PostgreSQL in ./.outbox, the migrations, the fake Bot API on localhost, a few users
 and tasks created through the vazifalar service, and the relay delivering their reminders: one
 straight through, one after Telegram's flood control (429), one to a user who blocked the bot
-(xato), and one whose task was completed in time (never sent).
+(xato), and one whose task was completed in time (never sent). Then a short conversation with
+the bot (``reminders.demo_bot``).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from outbox.redact import configure_logging
 from outbox.relay import Relay
 from outbox.telegram import TelegramSender
 from reminders import service
+from reminders.demo_bot import run_conversation
 from reminders.migrate import migrate_all
 
 __all__ = ["run_demo"]
@@ -169,6 +171,9 @@ def run_demo() -> int:
             _print_deliveries(fake, started, chats, skip=before)
             print("\nThe outbox at the end:")
             _print_outbox(url)
+        print("\nA conversation with the vazifalar bot (`reminders bot`); its replies go out")
+        print("through the outbox, and its reminders carry buttons:")
+        asyncio.run(run_conversation(url, token, fake))
     finally:
         fake.stop_thread()
     return 0

@@ -3,16 +3,28 @@
 from __future__ import annotations
 
 import html
+import os
 from datetime import datetime, timedelta
-from typing import Literal, TypedDict
+from typing import Any, Literal, NotRequired, TypedDict
 from zoneinfo import ZoneInfo
 
+from outbox.durations import format_duration, parse_duration
+from outbox.errors import InvalidInput
+
 __all__ = [
+    "DEFAULT_SNOOZE",
+    "ENV_SNOOZE",
     "TELEGRAM_TEXT_LIMIT",
     "ReminderPayload",
+    "done_data",
+    "duration_words",
     "format_time_left",
+    "parse_button",
+    "reminder_keyboard",
     "reminder_payload",
     "reminder_text",
+    "snooze_choices",
+    "snooze_data",
     "telegram_length",
 ]
 
@@ -27,6 +39,80 @@ class ReminderPayload(TypedDict):
     chat_id: int
     text: str
     parse_mode: Literal["HTML"]
+    reply_markup: NotRequired[dict[str, Any]]
+
+
+# The reminder's buttons: "Bajarildi" (done) and "Keyinroq" (later) for each snooze choice. The
+# choices are read when a reminder is built, by whichever process builds it (the bot, the CLI,
+# the app), so they are one setting of the environment.
+ENV_SNOOZE = "REMINDERS_SNOOZE"
+DEFAULT_SNOOZE = "10m,1h"
+_MAX_SNOOZE = timedelta(days=7)
+DONE_BUTTON = "✅ Bajarildi"
+SNOOZE_BUTTON = "⏰ Keyinroq"
+
+
+def snooze_choices(text: str | None = None) -> tuple[timedelta, ...]:
+    """The snooze durations: ``text`` or ``$REMINDERS_SNOOZE`` (comma-separated), else 10m,1h."""
+    raw = text if text is not None else (os.environ.get(ENV_SNOOZE) or DEFAULT_SNOOZE)
+    choices = tuple(parse_duration(part) for part in raw.split(",") if part.strip())
+    if not choices or len(choices) > 3:
+        raise InvalidInput(f"{ENV_SNOOZE} must name one to three durations, got {raw!r}")
+    for choice in choices:
+        if not timedelta(seconds=1) <= choice <= _MAX_SNOOZE:
+            raise InvalidInput(
+                f"a snooze must be between 1s and 7d, got {format_duration(choice.total_seconds())}"
+            )
+    return choices
+
+
+def done_data(task_id: int) -> str:
+    return f"done:{task_id}"
+
+
+def snooze_data(task_id: int, delay: timedelta) -> str:
+    return f"snooze:{task_id}:{int(delay.total_seconds())}"
+
+
+def parse_button(data: str) -> tuple[str, int, timedelta] | None:
+    """``(action, task id, delay)`` from a button's data; None if it is not one of ours.
+
+    A client can send any callback data, so nothing here is trusted beyond its shape.
+    """
+    parts = data.split(":")
+    try:
+        numbers = [int(part) for part in parts[1:]]
+    except ValueError:
+        return None
+    if parts[0] == "done" and len(numbers) == 1 and numbers[0] > 0:
+        return "done", numbers[0], timedelta(0)
+    if parts[0] == "snooze" and len(numbers) == 2 and numbers[0] > 0:
+        delay = timedelta(seconds=numbers[1])
+        if timedelta(seconds=1) <= delay <= _MAX_SNOOZE:
+            return "snooze", numbers[0], delay
+    return None
+
+
+def reminder_keyboard(task_id: int) -> dict[str, Any]:
+    """The reminder's inline keyboard (Telegram's ``InlineKeyboardMarkup`` as JSON)."""
+    later = [
+        {
+            "text": f"{SNOOZE_BUTTON} ({duration_words(choice)})",
+            "callback_data": snooze_data(task_id, choice),
+        }
+        for choice in snooze_choices()
+    ]
+    return {
+        "inline_keyboard": [[{"text": DONE_BUTTON, "callback_data": done_data(task_id)}], later]
+    }
+
+
+def duration_words(delay: timedelta) -> str:
+    """``10 daqiqa``, ``1 soat``, ``1 soat 30 daqiqa``, ``45 soniya``."""
+    seconds = int(delay.total_seconds())
+    if seconds < 60:
+        return f"{seconds} soniya"
+    return format_time_left(delay).removesuffix(" qoldi")
 
 
 def telegram_length(text: str) -> int:
@@ -101,8 +187,20 @@ def reminder_text(
 
 
 def reminder_payload(
-    *, chat_id: int, title: str, due: datetime, time_zone: str, send_at: datetime
+    *,
+    chat_id: int,
+    title: str,
+    due: datetime,
+    time_zone: str,
+    send_at: datetime,
+    task_id: int | None = None,
 ) -> ReminderPayload:
-    """The outbox payload for one reminder (sendMessage with parse mode HTML)."""
+    """The outbox payload for one reminder (sendMessage with parse mode HTML).
+
+    With ``task_id`` the message carries the "Bajarildi" and "Keyinroq" buttons.
+    """
     text = reminder_text(title=title, due=due, time_zone=time_zone, send_at=send_at)
-    return {"chat_id": chat_id, "text": text, "parse_mode": "HTML"}
+    payload: ReminderPayload = {"chat_id": chat_id, "text": text, "parse_mode": "HTML"}
+    if task_id is not None:
+        payload["reply_markup"] = reminder_keyboard(task_id)
+    return payload

@@ -8,7 +8,7 @@ from sqlalchemy import BigInteger, Boolean, DateTime, ForeignKey, Identity, Inte
 from sqlalchemy.dialects.postgresql import ARRAY
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
 
-__all__ = ["DEFAULT_TIME_ZONE", "Base", "Task", "User"]
+__all__ = ["DEFAULT_TIME_ZONE", "Base", "HandledUpdate", "PressedReminder", "Task", "User"]
 
 DEFAULT_TIME_ZONE = "Asia/Tashkent"
 
@@ -28,6 +28,8 @@ class User(Base):
     name: Mapped[str] = mapped_column("ism", Text)
     chat_id: Mapped[int] = mapped_column(BigInteger)
     time_zone: Mapped[str] = mapped_column("vaqt_zonasi", Text, server_default=DEFAULT_TIME_ZONE)
+    # False once Telegram said the person blocked the bot (set by the relay-outcome trigger).
+    active: Mapped[bool] = mapped_column("faol", Boolean, server_default="true")
     created_at: Mapped[datetime] = mapped_column(
         "yaratilgan", DateTime(timezone=True), server_default=func.now()
     )
@@ -54,6 +56,8 @@ class Task(Base):
         "eslatma_oldin", ARRAY(Integer), server_default="{3600}"
     )
     done: Mapped[bool] = mapped_column("bajarildi", Boolean, server_default="false")
+    # How many times the task was put off ("Keyinroq"): each put-off reminder has its own key.
+    snoozes: Mapped[int] = mapped_column("kechiktirish", Integer, server_default="0")
     created_at: Mapped[datetime] = mapped_column(
         "yaratilgan", DateTime(timezone=True), server_default=func.now()
     )
@@ -68,3 +72,28 @@ class Task(Base):
         return (
             f"Task(id={self.id!r}, user_id={self.user_id!r}, due={self.due!r}, done={self.done!r})"
         )
+
+
+class HandledUpdate(Base):
+    """A Telegram update the bot has acted on, written in the transaction of its change."""
+
+    __tablename__ = "bot_yangilanish"
+
+    bot_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    update_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    received_at: Mapped[datetime] = mapped_column(
+        "olingan", DateTime(timezone=True), server_default=func.now()
+    )
+
+
+class PressedReminder(Base):
+    """A reminder message whose button was pressed, and what the press did."""
+
+    __tablename__ = "eslatma_javob"
+
+    chat_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    message_id: Mapped[int] = mapped_column(BigInteger, primary_key=True)
+    action: Mapped[str] = mapped_column("amal", Text)
+    pressed_at: Mapped[datetime] = mapped_column(
+        "vaqt", DateTime(timezone=True), server_default=func.now()
+    )

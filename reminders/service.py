@@ -24,18 +24,25 @@ from reminders.models import DEFAULT_TIME_ZONE, Task, User
 __all__ = [
     "DEFAULT_REMIND_BEFORE",
     "ScheduledReminder",
+    "SignUp",
+    "Snoozed",
     "TaskChanged",
     "TaskCreated",
     "complete_task",
     "create_task",
     "create_user",
     "delete_task",
+    "find_user_by_chat",
     "get_task",
     "get_user",
     "list_tasks",
     "reminder_key",
     "rename_task",
     "reschedule_task",
+    "set_time_zone",
+    "sign_up",
+    "snooze_key",
+    "snooze_task",
     "validate_time_zone",
 ]
 
@@ -74,13 +81,33 @@ class TaskChanged:
     updated: int = 0  # waiting reminders whose text this change rewrote (rename)
 
 
-def reminder_key(task_id: int, offset_seconds: int, due: datetime) -> str:
-    """The outbox key of one reminder.
+@dataclass(frozen=True, slots=True)
+class Snoozed:
+    task: Task
+    reminder: ScheduledReminder | None  # None: the task is done, nothing was put off
+    cancelled: int  # an earlier put-off reminder not sent yet, replaced by this one
 
-    A rescheduled reminder is a new message (new due time, new key); a retried or re-enqueued
-    one is the same message, so the relay's sent marker stops a second send.
+
+@dataclass(frozen=True, slots=True)
+class SignUp:
+    user: User
+    state: str  # "new", "back" (was inactive: reminders resume) or "known"
+    reminders: int = 0  # reminders enqueued again for a returning user
+
+
+def reminder_key(task_id: int, offset_seconds: int, due: datetime) -> str:
+    """The outbox key of one reminder: a reminder is its moment (task, offset, due time).
+
+    A retried or re-enqueued reminder is the same message, so the relay's sent marker stops a
+    second send: rescheduling A -> B -> A finds A's reminder sent and does not send it again.
+    A rescheduled reminder is a new message (new due time, new key).
     """
     return f"vazifa:{task_id}:{offset_seconds}:{math.floor(due.timestamp())}"
+
+
+def snooze_key(task_id: int, snooze: int) -> str:
+    """The key of the task's ``snooze``-th put-off reminder; the count only grows."""
+    return f"vazifa:{task_id}:keyinroq:{snooze}"
 
 
 # --- validation: one clear line per mistake --------------------------------------------------
@@ -176,19 +203,29 @@ def _database_now(session: Session) -> datetime:
     return session.execute(sa.select(sa.func.now())).scalar_one()
 
 
-def _current_keys(task: Task) -> list[str]:
+def _scheduled_keys(task: Task) -> list[str]:
     return [reminder_key(task.id, s, task.due) for s in task.remind_before_seconds]
 
 
-def _reminder_payload(task: Task, offset_seconds: int, now: datetime) -> ReminderPayload:
-    moment = task.due - timedelta(seconds=offset_seconds)
+def _current_keys(task: Task) -> list[str]:
+    """Every key an unsent reminder of the task can have: its schedule's and its last snooze."""
+    snoozed = [snooze_key(task.id, task.snoozes)] if task.snoozes else []
+    return _scheduled_keys(task) + snoozed
+
+
+def _payload_at(task: Task, send_at: datetime) -> ReminderPayload:
     return reminder_payload(
         chat_id=task.user.chat_id,
         title=task.title,
         due=task.due,
         time_zone=task.user.time_zone,
-        send_at=max(moment, now),
+        send_at=send_at,
+        task_id=task.id,
     )
+
+
+def _reminder_payload(task: Task, offset_seconds: int, now: datetime) -> ReminderPayload:
+    return _payload_at(task, max(task.due - timedelta(seconds=offset_seconds), now))
 
 
 def _enqueue_reminder(
@@ -223,10 +260,15 @@ def _offsets_to_send(task: Task, now: datetime) -> list[int]:
 
 
 def _schedule(session: Session, task: Task) -> tuple[tuple[ScheduledReminder, ...], bool]:
-    """Enqueue the task's reminders for its due time; ``((), True)`` when it is overdue."""
+    """Enqueue the task's reminders for its due time; ``((), True)`` when it is overdue.
+
+    Nothing is enqueued for a user who blocked the bot: /start enqueues them again.
+    """
     now = _database_now(session)
     if task.due <= now:
         return (), True
+    if not task.user.active:
+        return (), False
     return tuple(
         _enqueue_reminder(session, task, s, now) for s in _offsets_to_send(task, now)
     ), False
@@ -305,7 +347,7 @@ def reschedule_task(
     session.flush()
     # Keys that stay (same due time and offset) keep their message: cancelling one and enqueueing
     # it again could let a second relay send it while the first is still sending it.
-    kept = set(_current_keys(task))
+    kept = set(_scheduled_keys(task))
     cancelled = outbox.cancel(session, [key for key in old_keys if key not in kept])
     reminders, overdue = _schedule(session, task)
     return TaskChanged(task=task, reminders=reminders, cancelled=cancelled, overdue=overdue)
@@ -323,6 +365,14 @@ def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
     task.title = title
     session.flush()
     now = _database_now(session)
+    updated = _rewrite_pending(session, task, now)
+    return TaskChanged(
+        task=task, reminders=(), cancelled=0, overdue=task.due <= now, updated=updated
+    )
+
+
+def _rewrite_pending(session: Session, task: Task, now: datetime) -> int:
+    """Give every unsent reminder of the task the text of the task as it is now."""
     updated = sum(
         outbox.update_pending(
             session,
@@ -331,9 +381,8 @@ def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
         )
         for offset_seconds in task.remind_before_seconds
     )
-    return TaskChanged(
-        task=task, reminders=(), cancelled=0, overdue=task.due <= now, updated=updated
-    )
+    # A put-off reminder ("Keyinroq") keeps the text it was given.
+    return int(updated)
 
 
 def complete_task(session: Session, task_id: int) -> TaskChanged:
@@ -352,3 +401,98 @@ def delete_task(session: Session, task_id: int) -> int:
     session.delete(task)
     session.flush()
     return cancelled
+
+
+def snooze_task(session: Session, task_id: int, delay: timedelta) -> Snoozed:
+    """Remind again ``delay`` from now ("Keyinroq"); replaces an earlier put-off reminder.
+
+    A done task is not put off (``reminder`` is None).
+    """
+    if not isinstance(delay, timedelta) or delay <= timedelta(0):
+        raise InvalidInput(f"a snooze must be a positive timedelta, got {delay!r}")
+    task = _lock_task(session, task_id)
+    if task.done:
+        return Snoozed(task=task, reminder=None, cancelled=0)
+    cancelled = outbox.cancel(session, [snooze_key(task.id, task.snoozes)]) if task.snoozes else 0
+    task.snoozes += 1
+    session.flush()
+    now = _database_now(session)
+    key = snooze_key(task.id, task.snoozes)
+    enqueued = outbox.enqueue(
+        session, key=key, payload=_payload_at(task, now + delay), run_at=now + delay
+    )
+    reminder = ScheduledReminder(
+        offset=task.due - (now + delay),
+        key=key,
+        outbox_id=enqueued.id,
+        run_at=now + delay,
+        created=enqueued.created,
+    )
+    return Snoozed(task=task, reminder=reminder, cancelled=cancelled)
+
+
+# --- users of the bot --------------------------------------------------------------------------
+
+
+def find_user_by_chat(session: Session, chat_id: int, *, lock: bool = False) -> User | None:
+    """The user whose reminders go to ``chat_id`` (the first, if an operator added several)."""
+    query = sa.select(User).where(User.chat_id == chat_id).order_by(User.id).limit(1)
+    if lock:
+        query = query.with_for_update()
+    return session.scalars(query).first()
+
+
+def sign_up(session: Session, *, chat_id: int, name: str) -> SignUp:
+    """/start: add the person, or make a returning one active and enqueue their reminders again.
+
+    Two /start messages of one chat handled at once by two bot processes queue up on an
+    advisory lock of the chat id, so a person is added once.
+    """
+    lock_key = sa.func.hashtextextended(f"vazifalar-start:{chat_id}", 0)
+    session.execute(sa.select(sa.func.pg_advisory_xact_lock(lock_key)))
+    user = find_user_by_chat(session, chat_id, lock=True)
+    if user is None:
+        return SignUp(
+            user=create_user(session, name=name or str(chat_id), chat_id=chat_id), state="new"
+        )
+    if user.active:
+        return SignUp(user=user, state="known")
+    user.active = True
+    session.flush()
+    return SignUp(user=user, state="back", reminders=_resume(session, user))
+
+
+def _resume(session: Session, user: User) -> int:
+    """Enqueue again the reminders of a user's open tasks that are still ahead.
+
+    The ones that failed while the bot was blocked are withdrawn first (cancel takes failed
+    rows), so that their keys are enqueued afresh; none of them was sent.
+    """
+    count = 0
+    now = _database_now(session)
+    open_tasks = session.scalars(
+        sa.select(Task)
+        .where(Task.user_id == user.id, Task.done.is_(False), Task.due > now)
+        .order_by(Task.id)
+        .with_for_update()
+    )
+    for task in open_tasks:
+        outbox.cancel(session, _current_keys(task))
+        reminders, _ = _schedule(session, task)
+        count += sum(r.created for r in reminders)
+    return count
+
+
+def set_time_zone(session: Session, user_id: int, tz: str) -> tuple[User, int]:
+    """Change the user's time zone; unsent reminders are rewritten to show the new local time."""
+    tz = validate_time_zone(tz)
+    user = session.get(User, _check_id("user", user_id), with_for_update=True)
+    if user is None:
+        raise NotFound(f"user {user_id} does not exist")
+    user.time_zone = tz
+    session.flush()
+    now = _database_now(session)
+    tasks = session.scalars(
+        sa.select(Task).where(Task.user_id == user.id, Task.done.is_(False)).order_by(Task.id)
+    )
+    return user, sum(_rewrite_pending(session, task, now) for task in tasks)

@@ -1,0 +1,220 @@
+"""``reminders bot``: the vazifalar bot on python-telegram-bot's ``Application``.
+
+Long polling by default; with a webhook URL, a webhook server for production behind HTTPS.
+Every update is handled in one database transaction (``reminders.chat``): the change, the reply
+(enqueued in the outbox, sent by the relay) and the claim of the update commit together, so two
+bot processes, or a webhook delivered twice, never act on one update twice.
+
+Two answers do not go through the outbox, because they are not messages but the bot's answer
+to a button press in the person's hands: ``answerCallbackQuery`` (Telegram shows a spinner on
+the button until it comes, and forgets the query after a short while, which a queue behind a
+flood-control pause could miss) and ``editMessageText`` of the pressed reminder (an edit of an
+existing message, which the relay does not send, and repeating it is harmless). The bot makes
+both calls itself after the transaction has committed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any, TypeAlias, TypeVar
+from urllib.parse import urlsplit
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+from telegram import BotCommand, Update
+from telegram import error as tg
+from telegram.constants import ParseMode
+from telegram.ext import Application, CallbackQueryHandler, ContextTypes, MessageHandler, filters
+
+from outbox.db import create_engine
+from outbox.redact import redact, register_secret
+from reminders import chat
+
+__all__ = ["BotConfig", "build_application", "run_bot"]
+
+log = logging.getLogger("reminders.bot")
+T = TypeVar("T")
+# The default Application: its six type parameters (bot, context, user/chat/bot data, job
+# queue) are python-telegram-bot's defaults here.
+_App: TypeAlias = "Application[Any, Any, Any, Any, Any, Any]"
+
+DEFAULT_POLL_TIMEOUT = 10.0
+DEFAULT_WEBHOOK_LISTEN = "0.0.0.0"  # noqa: S104 - a webhook server listens for Telegram
+DEFAULT_WEBHOOK_PORT = 8443
+_DB_ATTEMPTS = 4
+# Claims of handled updates older than two days are dropped at start and every so many updates.
+_FORGET_EVERY = 1000
+_COMMANDS = [
+    BotCommand("add", "vazifa qo'shish: /add Hisobot ertaga 09:00"),
+    BotCommand("list", "ochiq vazifalar"),
+    BotCommand("done", "bajarildi: /done N"),
+    BotCommand("delete", "o'chirish: /delete N"),
+    BotCommand("tz", "vaqt zonasi: /tz Europe/Berlin"),
+    BotCommand("help", "yordam"),
+]
+
+
+@dataclass(frozen=True, slots=True)
+class BotConfig:
+    database_url: str
+    token: str
+    api_url: str
+    poll_timeout: float = DEFAULT_POLL_TIMEOUT  # long polling: seconds one getUpdates may wait
+    webhook_url: str | None = None  # set: run a webhook server instead of polling
+    webhook_listen: str = DEFAULT_WEBHOOK_LISTEN
+    webhook_port: int = DEFAULT_WEBHOOK_PORT
+    webhook_secret: str | None = None  # Telegram sends it back in a header with every update
+
+    def __repr__(self) -> str:  # the token and the secret stay out of logs and tracebacks
+        return f"BotConfig(api_url={self.api_url!r}, webhook_url={self.webhook_url!r})"
+
+
+class _Handlers:
+    """The update handlers, bound to one database engine and one bot id."""
+
+    def __init__(self, engine: sa.Engine, bot_id: int) -> None:
+        self._engine = engine
+        self._bot_id = bot_id
+        self._handled = 0
+
+    def transaction(self, work: Callable[[Session], T]) -> T:
+        """Run ``work`` in one transaction; retry a few times when the database is away.
+
+        python-telegram-bot confirms an update to Telegram once it was fetched, whatever its
+        handler did, so a short outage is waited out here rather than losing the update.
+        """
+        for attempt in range(1, _DB_ATTEMPTS + 1):
+            try:
+                with Session(self._engine) as session, session.begin():
+                    return work(session)
+            except sa.exc.OperationalError as err:
+                if attempt == _DB_ATTEMPTS:
+                    raise
+                log.warning("database unavailable (%s); retrying", type(err).__name__)
+                time.sleep(0.5 * 2**attempt)
+        raise AssertionError("unreachable")
+
+    async def _handle(self, work: Callable[[Session], T]) -> T:
+        """``work`` in a transaction of its own, off the event loop."""
+        result = await asyncio.to_thread(self.transaction, work)
+        self._handled += 1
+        if self._handled % _FORGET_EVERY == 0:
+            await asyncio.to_thread(self.transaction, chat.forget_old_updates)
+        return result
+
+    def _incoming(self, update: Update) -> chat.Incoming | None:
+        where, who = update.effective_chat, update.effective_user
+        if where is None:
+            return None
+        return chat.Incoming(
+            bot_id=self._bot_id,
+            update_id=update.update_id,
+            chat_id=where.id,
+            private=where.type == "private",
+            first_name=(who.first_name if who else "") or "",
+        )
+
+    async def on_message(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        message, incoming = update.message, self._incoming(update)
+        if message is None or incoming is None:
+            return
+        if message.migrate_to_chat_id:
+            new_chat = message.migrate_to_chat_id
+            await self._handle(lambda s: chat.handle_migration(s, incoming, new_chat))
+            return
+        text = message.text
+        if text and not await self._handle(lambda s: chat.handle_text(s, incoming, text)):
+            log.info("update %s was handled by another bot process", update.update_id)
+
+    async def on_button(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        query, incoming = update.callback_query, self._incoming(update)
+        if query is None or incoming is None:
+            return
+        message = query.message
+        if message is None or not query.data:
+            await _quietly(query.answer("Bu tugma eskirgan."))
+            return
+        data, message_id = query.data, message.message_id
+        outcome = await self._handle(lambda s: chat.handle_button(s, incoming, message_id, data))
+        if outcome is None:  # another bot process handled this update and answers it
+            log.info("update %s was handled by another bot process", update.update_id)
+            return
+        await _quietly(query.answer(outcome.answer))
+        if outcome.edit is not None:
+            await _quietly(query.edit_message_text(outcome.edit, parse_mode=ParseMode.HTML))
+
+
+async def _quietly(call: Awaitable[object]) -> None:
+    """A direct answer whose failure changes nothing already committed: log it and go on."""
+    try:
+        await call
+    except tg.BadRequest as err:
+        # "message is not modified", "query is too old": the person sees the right thing.
+        log.info("Telegram declined an answer: %s", redact(str(err)))
+    except tg.TelegramError as err:
+        log.warning("could not answer the button press: %s", redact(str(err)))
+
+
+async def _on_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+    err = context.error
+    update_id = getattr(update, "update_id", None)
+    log.error(
+        "update %s not handled: %s: %s", update_id, type(err).__name__, redact(str(err))[:300]
+    )
+
+
+def build_application(config: BotConfig, engine: sa.Engine) -> _App:
+    """The bot's ``Application`` with its handlers; run it with ``run_bot``."""
+    register_secret(config.token)
+    if config.webhook_secret:
+        register_secret(config.webhook_secret, "[secret]")
+    handlers = _Handlers(engine, bot_id=int(config.token.split(":", 1)[0]))
+
+    async def post_init(app: _App) -> None:
+        await app.bot.set_my_commands(_COMMANDS)
+        forgotten = await asyncio.to_thread(handlers.transaction, chat.forget_old_updates)
+        log.info("bot started; forgot %d old update claims", forgotten)
+
+    app = (
+        Application.builder()
+        .token(config.token)
+        .base_url(config.api_url.rstrip("/") + "/bot")
+        .post_init(post_init)
+        .build()
+    )
+    app.add_handler(
+        MessageHandler(
+            filters.UpdateType.MESSAGE & (filters.TEXT | filters.StatusUpdate.MIGRATE),
+            handlers.on_message,
+        )
+    )
+    app.add_handler(CallbackQueryHandler(handlers.on_button))
+    app.add_error_handler(_on_error)
+    return app
+
+
+def run_bot(config: BotConfig) -> None:
+    """Run until SIGINT or SIGTERM: long polling, or the webhook server if a URL is set."""
+    engine = create_engine(config.database_url)
+    try:
+        app = build_application(config, engine)
+        allowed = [Update.MESSAGE, Update.CALLBACK_QUERY]
+        if config.webhook_url:
+            app.run_webhook(
+                listen=config.webhook_listen,
+                port=config.webhook_port,
+                url_path=urlsplit(config.webhook_url).path.lstrip("/"),
+                webhook_url=config.webhook_url,
+                secret_token=config.webhook_secret,
+                allowed_updates=allowed,
+            )
+        else:
+            app.run_polling(
+                poll_interval=0.0, timeout=int(config.poll_timeout), allowed_updates=allowed
+            )
+    finally:
+        engine.dispose()

@@ -1,0 +1,325 @@
+"""What the vazifalar bot does with a person's message or button press, in one transaction.
+
+Each function runs in the caller's session and transaction: it claims the Telegram update (a
+row in ``bot_yangilanish``; a second claim of the same update finds it and does nothing), makes
+the change, and enqueues the reply in the outbox. Commit, and the change, the reply and the
+claim are there together; roll back, and none is. The replies speak Uzbek.
+"""
+
+from __future__ import annotations
+
+import html
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+from sqlalchemy.dialects.postgresql import insert
+from sqlalchemy.orm import Session
+
+import outbox
+from outbox.errors import InvalidInput
+from reminders import service
+from reminders.messages import duration_words, parse_button
+from reminders.models import DEFAULT_TIME_ZONE, HandledUpdate, PressedReminder, Task, User
+from reminders.when import EXAMPLES, parse_title_and_when
+
+__all__ = [
+    "HELP",
+    "REPLY_KIND",
+    "ButtonOutcome",
+    "Incoming",
+    "forget_old_updates",
+    "handle_button",
+    "handle_migration",
+    "handle_text",
+    "reply_key",
+]
+
+REPLY_KIND = "javob"  # the outbox's tur of the bot's replies (reminders are 'eslatma')
+HOUR = timedelta(hours=1)
+_TITLE_LIMIT = 200
+_LIST_LIMIT = 50
+
+HELP = (
+    "Men vazifalaringizni Telegramda eslatib turaman.\n\n"
+    "/add &lt;nima&gt; &lt;qachon&gt; — vazifa qo'shish. Qachon:\n"
+    "  30m, 2h, 1h30m, 1d — hozirdan keyin\n"
+    "  09:00 yoki bugun 09:00 / today 09:00 — bugun\n"
+    "  ertaga 09:00 / tomorrow 09:00 — ertaga\n"
+    "  2026-12-01 09:00 — shu kuni\n"
+    "  Masalan: /add Hisobot ertaga 09:00\n"
+    "Eslatma muddatda keladi, vaqt bo'lsa bir soat oldin ham.\n"
+    "/list — ochiq vazifalar\n"
+    "/done N — N-vazifa bajarildi\n"
+    "/delete N — N-vazifani o'chirish\n"
+    "/tz Europe/Berlin — vaqt zonasi (hozir: {tz})\n"
+    "/help — shu yordam"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Incoming:
+    """One Telegram update as the bot acts on it."""
+
+    bot_id: int
+    update_id: int
+    chat_id: int
+    private: bool
+    first_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class ButtonOutcome:
+    """What the bot answers to a button press, outside the transaction (see bot.py)."""
+
+    answer: str  # answerCallbackQuery's text: a short notice over the chat
+    edit: str | None  # the reminder's new text (HTML, without buttons); None: leave it
+
+
+def reply_key(incoming: Incoming) -> str:
+    return f"bot:{incoming.bot_id}:{incoming.update_id}"
+
+
+def _claim(session: Session, incoming: Incoming) -> bool:
+    """True if this transaction is the first to act on the update (see the module docstring)."""
+    claimed = session.execute(
+        insert(HandledUpdate)
+        .values(bot_id=incoming.bot_id, update_id=incoming.update_id)
+        .on_conflict_do_nothing()
+        .returning(HandledUpdate.update_id)
+    ).first()
+    return claimed is not None
+
+
+def _reply(session: Session, incoming: Incoming, text: str) -> None:
+    payload = {"chat_id": incoming.chat_id, "text": text, "parse_mode": "HTML"}
+    outbox.enqueue(session, key=reply_key(incoming), payload=payload, kind=REPLY_KIND)
+
+
+def _local(moment: datetime, time_zone: str) -> str:
+    return f"{moment.astimezone(ZoneInfo(time_zone)):%d.%m.%Y %H:%M}"
+
+
+def _b(text: str) -> str:
+    return f"<b>{html.escape(text, quote=False)}</b>"
+
+
+# --- commands ----------------------------------------------------------------------------------
+
+Command = Callable[[Session, Incoming, User, list[str]], str]
+
+
+def handle_text(session: Session, incoming: Incoming, text: str) -> bool:
+    """Act on a message; False if another transaction already did (a duplicate update).
+
+    In a group only commands get an answer: a bot that may read every message of a group must
+    not answer each of them.
+    """
+    if not incoming.private and not text.startswith("/"):
+        return True
+    if not _claim(session, incoming):
+        return False
+    _reply(session, incoming, _answer_text(session, incoming, text))
+    return True
+
+
+def _answer_text(session: Session, incoming: Incoming, text: str) -> str:  # noqa: PLR0911 - one answer per case
+    words = text.split()
+    command = words[0].split("@", 1)[0].lower() if words and words[0].startswith("/") else ""
+    if not incoming.private:
+        return "Men faqat shaxsiy chatda ishlayman: menga to'g'ridan-to'g'ri yozing."
+    if command == "/start":
+        return _start(session, incoming)
+    user = service.find_user_by_chat(session, incoming.chat_id)
+    if command == "/help":
+        return HELP.format(tz=user.time_zone if user else DEFAULT_TIME_ZONE)
+    handler = _COMMANDS.get(command)
+    if handler is None:
+        shown = html.escape(words[0] if words else text, quote=False)
+        what = f"Bunday buyruq yo'q: {shown}." if command else "Buyruqni tushunmadim."
+        return f"{what} Buyruqlar: /help\nMasalan: /add Hisobot ertaga 09:00"
+    if user is None:
+        return "Avval /start yuboring: shunda sizni taniyman."
+    if not user.active:
+        return "Eslatmalar to'xtatilgan edi. Qayta yoqish uchun /start yuboring."
+    try:
+        return handler(session, incoming, user, words[1:])
+    except InvalidInput as err:
+        return f"Tushunmadim: {html.escape(str(err), quote=False)}."
+
+
+def _start(session: Session, incoming: Incoming) -> str:
+    signed = service.sign_up(session, chat_id=incoming.chat_id, name=incoming.first_name)
+    name = html.escape(signed.user.name, quote=False)
+    if signed.state == "new":
+        return (
+            f"Assalomu alaykum, {name}! Vaqt zonangiz: {signed.user.time_zone}.\n\n"
+            + HELP.format(tz=signed.user.time_zone)
+        )
+    if signed.state == "back":
+        return (
+            f"Qaytganingizdan xursandman, {name}! Eslatmalar yana yoqildi "
+            f"({signed.reminders} ta eslatma qayta rejalashtirildi)."
+        )
+    return f"{name}, siz ro'yxatdan o'tgansiz. Buyruqlar: /help"
+
+
+def _add(session: Session, incoming: Incoming, user: User, words: list[str]) -> str:
+    if not words:
+        return f"Nima va qachon? Masalan: {EXAMPLES}"
+    now = session.execute(sa.select(sa.func.now())).scalar_one()
+    try:
+        title, due = parse_title_and_when(words, user.time_zone, now)
+    except InvalidInput as err:
+        return f"Tushunmadim: {html.escape(str(err), quote=False)}.\nMasalan: {EXAMPLES}"
+    if len(title) > _TITLE_LIMIT:
+        return f"Vazifa nomi juda uzun ({len(title)} belgi, ko'pi bilan {_TITLE_LIMIT})."
+    # At the due time, and an hour before when that is still ahead.
+    offsets = [HOUR, timedelta(0)] if due - HOUR > now else [timedelta(0)]
+    created = service.create_task(
+        session, user_id=user.id, title=title, due=due, remind_before=offsets
+    )
+    moments = sorted(r.run_at for r in created.reminders)
+    when = ", ".join(f"{m.astimezone(ZoneInfo(user.time_zone)):%H:%M}" for m in moments)
+    return (
+        f"✅ Qo'shildi: #{created.task.id} {_b(title)}\n"
+        f"Muddat: {_local(due, user.time_zone)} ({user.time_zone})\n"
+        f"Eslataman: {when}"
+    )
+
+
+def _list(session: Session, incoming: Incoming, user: User, words: list[str]) -> str:
+    tasks = service.list_tasks(session, user.id, include_done=False)
+    if not tasks:
+        return "Ochiq vazifalar yo'q. Qo'shish: /add Non 30m"
+    lines = [f"#{t.id}  {_local(t.due, user.time_zone)}  {_b(t.title)}" for t in tasks]
+    more = len(lines) - _LIST_LIMIT
+    shown = lines[:_LIST_LIMIT] + ([f"… va yana {more} ta"] if more > 0 else [])
+    return "Ochiq vazifalar:\n" + "\n".join(shown) + "\n\nBajarildi: /done N, o'chirish: /delete N"
+
+
+def _own_task(session: Session, user: User, words: list[str], command: str) -> Task | str:
+    """The task named by ``/done N`` or ``/delete N``, or the answer that explains the mistake."""
+    if len(words) != 1 or not words[0].lstrip("#").isdigit():
+        return f"Qaysi vazifa? Raqamini yozing, masalan: {command} 12 (raqamlar: /list)"
+    task_id = int(words[0].lstrip("#"))
+    task = session.get(Task, task_id) if 0 < task_id < 2**63 else None
+    if task is None or task.user_id != user.id:
+        return f"#{task_id} raqamli vazifangiz yo'q. Ro'yxat: /list"
+    return task
+
+
+def _done(session: Session, incoming: Incoming, user: User, words: list[str]) -> str:
+    task = _own_task(session, user, words, "/done")
+    if isinstance(task, str):
+        return task
+    if task.done:
+        return f"#{task.id} {_b(task.title)} allaqachon bajarilgan."
+    service.complete_task(session, task.id)
+    return f"✅ Bajarildi: #{task.id} {_b(task.title)}"
+
+
+def _delete(session: Session, incoming: Incoming, user: User, words: list[str]) -> str:
+    task = _own_task(session, user, words, "/delete")
+    if isinstance(task, str):
+        return task
+    title = task.title
+    service.delete_task(session, task.id)
+    return f"🗑 O'chirildi: #{task.id} {_b(title)}"
+
+
+def _tz(session: Session, incoming: Incoming, user: User, words: list[str]) -> str:
+    if len(words) != 1:
+        return f"Qaysi zona? Masalan: /tz Europe/Berlin (hozir: {user.time_zone})"
+    try:
+        _, rewritten = service.set_time_zone(session, user.id, words[0])
+    except InvalidInput:
+        shown = html.escape(words[0], quote=False)
+        return f"{shown} degan vaqt zonasi yo'q. Masalan: /tz Asia/Tashkent yoki /tz Europe/Berlin"
+    return f"Vaqt zonasi: {user.time_zone}. Kutilayotgan eslatmalar yangilandi: {rewritten} ta."
+
+
+_COMMANDS: dict[str, Command] = {
+    "/add": _add,
+    "/list": _list,
+    "/done": _done,
+    "/delete": _delete,
+    "/tz": _tz,
+}
+
+
+# --- buttons -----------------------------------------------------------------------------------
+
+
+def handle_button(
+    session: Session, incoming: Incoming, message_id: int, data: str
+) -> ButtonOutcome | None:
+    """Act on a press of a reminder's button; None if another transaction already did.
+
+    The first press on a reminder message does its work and is remembered with the message; a
+    second press on the same message is told what the first did and changes nothing.
+    """
+    if not _claim(session, incoming):
+        return None
+    parsed = parse_button(data)
+    if parsed is None:
+        return ButtonOutcome("Bu tugma eskirgan.", None)
+    action, task_id, delay = parsed
+    earlier = session.get(PressedReminder, (incoming.chat_id, message_id), with_for_update=True)
+    if earlier is not None:
+        return ButtonOutcome(f"Bu eslatma bo'yicha allaqachon: {earlier.action}.", None)
+    task = session.get(Task, task_id, with_for_update=True)
+    if task is None or task.user.chat_id != incoming.chat_id:
+        outcome = ButtonOutcome("Bu vazifa o'chirilgan.", "🗑 Bu vazifa o'chirilgan.")
+        done_as = "vazifa o'chirilgan"
+    elif action == "done":
+        outcome, done_as = _press_done(session, task)
+    else:
+        outcome, done_as = _press_snooze(session, task, delay)
+    session.add(PressedReminder(chat_id=incoming.chat_id, message_id=message_id, action=done_as))
+    session.flush()
+    return outcome
+
+
+def _already_done(task: Task) -> tuple[ButtonOutcome, str]:
+    edit = f"✅ Bajarilgan: {_b(task.title)}"
+    return ButtonOutcome("Bu vazifa allaqachon bajarilgan.", edit), "bajarilgan"
+
+
+def _press_done(session: Session, task: Task) -> tuple[ButtonOutcome, str]:
+    if task.done:
+        return _already_done(task)
+    service.complete_task(session, task.id)
+    return ButtonOutcome("Bajarildi ✅", f"✅ Bajarildi: {_b(task.title)}"), "bajarildi"
+
+
+def _press_snooze(session: Session, task: Task, delay: timedelta) -> tuple[ButtonOutcome, str]:
+    snoozed = service.snooze_task(session, task.id, delay)
+    if snoozed.reminder is None:  # the task is done
+        return _already_done(task)
+    later = duration_words(delay)
+    at = _local(snoozed.reminder.run_at, task.user.time_zone)
+    edit = f"⏰ Keyinroq: {_b(task.title)}\n{later}dan keyin ({at}) yana eslataman."
+    return ButtonOutcome(f"{later}dan keyin yana eslataman", edit), f"{later}ga qoldirildi"
+
+
+# --- groups --------------------------------------------------------------------------------------
+
+
+def handle_migration(session: Session, incoming: Incoming, new_chat_id: int) -> bool:
+    """A group the bot is in became a supergroup: its users' reminders follow it at once."""
+    if not _claim(session, incoming):
+        return False
+    session.execute(
+        sa.update(User).where(User.chat_id == incoming.chat_id).values(chat_id=new_chat_id)
+    )
+    return True
+
+
+def forget_old_updates(session: Session, older_than: timedelta = timedelta(days=2)) -> int:
+    """Drop claims of updates Telegram no longer redelivers (it keeps them for 24 hours)."""
+    cutoff = sa.func.now() - older_than
+    result = session.execute(sa.delete(HandledUpdate).where(HandledUpdate.received_at < cutoff))
+    return int(getattr(result, "rowcount", 0) or 0)

@@ -1,0 +1,84 @@
+"""Revision reminders_0002 goes down and up again; its trigger acts on relay outcomes only."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import psycopg
+from alembic import command
+
+from outbox import migrate
+from outbox.schema import current_schema
+from reminders.migrate import HISTORY, migrate_all
+
+
+def _tables(url: str) -> set[str]:
+    with psycopg.connect(url) as conn:
+        rows = conn.execute(
+            "SELECT tablename FROM pg_tables WHERE schemaname = 'public'"
+        ).fetchall()
+    return {r[0] for r in rows}
+
+
+def test_down_to_0001_and_up_again(db_url: str) -> None:
+    config = migrate._config(db_url, HISTORY, current_schema())
+    command.downgrade(config, "reminders_0001")
+    assert not {"bot_yangilanish", "eslatma_javob"} & _tables(db_url)
+    with psycopg.connect(db_url) as conn:
+        triggers = conn.execute("SELECT tgname FROM pg_trigger WHERE NOT tgisinternal").fetchall()
+    assert ("vazifalar_relay_outcome",) not in triggers
+    migrate_all(db_url)
+    assert {"bot_yangilanish", "eslatma_javob"} <= _tables(db_url)
+
+
+def test_the_trigger_follows_only_a_relays_outcome(db_url: str) -> None:
+    """Written as a relay writes it (a claimed row leaving its claim), and as anyone else would."""
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11), ('B', -22)")
+        for key, chat in (("a", 11), ("b", -22), ("c", 11)):
+            conn.execute(
+                "INSERT INTO outbox (kalit, payload, holat) VALUES (%s, %s, 'bajarilmoqda')",
+                (key, json.dumps({"chat_id": chat, "text": "x"})),
+            )
+        # Not an outcome: a pending row's payload rewritten by the app.
+        conn.execute("UPDATE outbox SET holat = 'kutmoqda' WHERE kalit = 'c'")
+        conn.execute(
+            "UPDATE outbox SET payload = jsonb_set(payload, '{chat_id}', '33') WHERE kalit = 'c'"
+        )
+        conn.execute(
+            "UPDATE outbox SET holat = 'bajarildi', "
+            "payload = jsonb_set(payload, '{chat_id}', '-1000022') WHERE kalit = 'b'"
+        )
+        conn.execute(
+            "UPDATE outbox SET holat = 'xato', oxirgi_xato = "
+            "'Telegram refused (403): Forbidden: bot was blocked by the user' WHERE kalit = 'a'"
+        )
+        users = conn.execute("SELECT ism, chat_id, faol FROM foydalanuvchi ORDER BY ism").fetchall()
+    assert users == [("A", 11, False), ("B", -1000022, True)]
+
+
+def test_the_trigger_works_with_the_outbox_in_its_own_schema(empty_db_url: str) -> None:
+    env = {**os.environ, "OUTBOX_SCHEMA": "jobs", "OUTBOX_DATABASE_URL": empty_db_url}
+    ran = subprocess.run(
+        [sys.executable, "-m", "reminders", "migrate"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert ran.returncode == 0, ran.stderr
+    with psycopg.connect(empty_db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11)")
+        conn.execute(
+            "INSERT INTO jobs.outbox (kalit, payload, holat) VALUES ('a', %s, 'bajarilmoqda')",
+            (json.dumps({"chat_id": 11, "text": "x"}),),
+        )
+        conn.execute(
+            "UPDATE jobs.outbox SET holat = 'xato', oxirgi_xato = "
+            "'Telegram refused (403): Forbidden: user is deactivated'"
+        )
+        assert conn.execute("SELECT faol FROM foydalanuvchi").fetchone() == (False,)
