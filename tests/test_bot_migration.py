@@ -40,7 +40,8 @@ def test_the_trigger_follows_only_a_relays_outcome(db_url: str) -> None:
         conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11), ('B', -22)")
         for key, chat in (("a", 11), ("b", -22), ("c", 11)):
             conn.execute(
-                "INSERT INTO outbox (kalit, payload, holat) VALUES (%s, %s, 'bajarilmoqda')",
+                "INSERT INTO outbox (kalit, payload, holat, band_vaqti) "
+                "VALUES (%s, %s, 'bajarilmoqda', now())",
                 (key, json.dumps({"chat_id": chat, "text": "x"})),
             )
         # Not an outcome: a pending row's payload rewritten by the app.
@@ -74,7 +75,8 @@ def test_the_trigger_works_with_the_outbox_in_its_own_schema(empty_db_url: str) 
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11)")
         conn.execute(
-            "INSERT INTO jobs.outbox (kalit, payload, holat) VALUES ('a', %s, 'bajarilmoqda')",
+            "INSERT INTO jobs.outbox (kalit, payload, holat, band_vaqti) "
+            "VALUES ('a', %s, 'bajarilmoqda', now())",
             (json.dumps({"chat_id": 11, "text": "x"}),),
         )
         conn.execute(
