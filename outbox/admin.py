@@ -14,7 +14,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
@@ -35,6 +35,9 @@ from outbox.queries import AsyncConn
 from outbox.retry import RetryPolicy
 from outbox.schema import current_schema
 from outbox.states import State
+
+if TYPE_CHECKING:
+    from outbox.relay.maintenance import Reaper, Retention
 
 __all__ = ["add_commands"]
 
@@ -286,12 +289,27 @@ def _maintenance(args: argparse.Namespace, work: Callable[[AsyncConn], Awaitable
     return asyncio.run(run())
 
 
+def _reaper(args: argparse.Namespace) -> Reaper:
+    from outbox.relay.maintenance import Reaper  # noqa: PLC0415 - the relay's imports are heavy
+
+    return Reaper(schema=current_schema(), lease_seconds=args.lease, max_attempts=args.max_attempts)
+
+
+def _retention(args: argparse.Namespace) -> Retention:
+    from outbox.relay.maintenance import Retention  # noqa: PLC0415
+
+    return Retention(
+        schema=current_schema(),
+        done_older_than=args.older_than,
+        markers_older_than=args.markers_older_than,
+        batch_size=args.batch_size,
+    )
+
+
 def cmd_reap(args: argparse.Namespace) -> int:
     reaped = _maintenance(
         args,
-        lambda conn: queries.reap_stale(
-            conn, schema=current_schema(), lease_seconds=args.lease, max_attempts=args.max_attempts
-        ),
+        lambda conn: _reaper(args).run_once(conn),
     )
     if args.json:
         _print_json(reaped)
@@ -309,13 +327,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         )
     removed = _maintenance(
         args,
-        lambda conn: queries.prune(
-            conn,
-            schema=current_schema(),
-            done_older_than_seconds=args.older_than,
-            markers_older_than_seconds=args.markers_older_than,
-            batch_size=args.batch_size,
-        ),
+        lambda conn: _retention(args).run_once(conn),
     )
     done, markers = removed["bajarildi"], removed["yuborilgan"]
     with _database(args) as engine, engine.begin() as conn:
