@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -273,3 +273,63 @@ def test_a_booking_given_back_leaves_no_phantom_slot_or_chat_spacing() -> None:
     assert limiter.capacity(1.0, 2.0) == before
     # After the pause chat 1 goes at 1.0 (its own spacing), not at 2.0 behind its old booking.
     assert limiter.book(1, now=0.7).start == pytest.approx(1.0)
+
+
+def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> None:
+    """Its first booking goes back: the message goes when the pause ends, not a whole chat
+    interval later behind the booking it could not use."""
+    from outbox import queries
+    from outbox.relay.completer import Completer
+    from outbox.relay.send_pool import SendPool
+    from outbox.retry import RetryPolicy
+    from outbox.telegram import NullSender, SentMessage
+
+    class Clocked(NullSender):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sent_at: list[float] = []
+
+        async def send(self, args: Any) -> SentMessage:
+            self.sent_at.append(asyncio.get_running_loop().time())
+            return await super().send(args)
+
+    async def scenario() -> float:
+        now = asyncio.get_running_loop().time()
+        limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
+        limiter.reserve(2, now)  # chat 2 was just sent to: its next turn is in 1 s
+        flood = FloodControl(limiter, schema="public")
+        stopping, total, sender = asyncio.Event(), RunSummary(), Clocked()
+
+        async def still_claimed(_row: queries.ClaimedRow) -> bool:
+            return True
+
+        pool = SendPool(
+            sender,
+            concurrency=1,
+            max_chat_hold=1.5,
+            retry=RetryPolicy(),
+            limiter=limiter,
+            flood=flood,
+            completer=Completer(
+                Connection("postgresql:///unused", "record", stopping),
+                schema="public",
+                flush_interval=0.02,
+                grace_seconds=0.0,
+                stopping=stopping,
+                total=total,
+                flood=flood,
+            ),
+            still_claimed=still_claimed,
+            stopping=stopping,
+            total=total,
+            on_unauthorized=lambda _err: None,
+        )
+        payload = {"chat_id": 2, "text": "x"}
+        row = queries.ClaimedRow(1, "eslatma", "k", payload, 1, False, datetime.now(UTC))
+        sending = asyncio.create_task(pool.process(row, now))
+        await asyncio.sleep(0.5)
+        flood.flooded(0.7, asyncio.get_running_loop().time())  # until now + 1.2 s
+        await sending
+        return sender.sent_at[0] - now
+
+    assert 1.15 < asyncio.run(scenario()) < 1.7  # the pause's end, not 2 s (1 s behind it)
