@@ -6,13 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import time
+from pathlib import Path
 from typing import Any
 
 import psycopg
 import pytest
 import sqlalchemy as sa
 
-from outbox import enqueue, queries
+from outbox import enqueue, migrate, queries
+from outbox.db import create_engine
 from outbox.errors import OutboxError
 from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.ratelimit import RateLimiter, RateLimits
@@ -23,8 +27,10 @@ from outbox.relay.flood import FloodControl
 from outbox.states import State
 from tests.conftest import TEMPLATE, TEST_TOKEN
 from tests.support import (
+    OwnPostgres,
     Relays,
     backends,
+    enqueue_numbered,
     free_port,
     make_relay,
     relay_env,
@@ -72,6 +78,55 @@ def test_a_lost_connection_is_opened_again_once_however_many_tasks_need_it(
 
     used = asyncio.run(scenario())
     assert len({id(conn) for conn in used}) == 1
+
+
+@pytest.mark.slow
+def test_a_database_restart_while_rows_wait_for_their_turn_reopens_few_connections(
+    fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    """Rows that wait for the rate limit check their claim when their turn comes: during an
+    outage each of them needs the claim connection. After the restart the relay opens its few
+    connections again, not one per waiting row."""
+    try:
+        server = OwnPostgres(tmp_path / "pg")
+    except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
+        pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
+    server.start()
+    engine = create_engine(server.url, pool_pre_ping=True)
+    try:
+        migrate.upgrade(server.url)
+        with engine.connect() as conn:
+            conn.execution_options(isolation_level="AUTOCOMMIT")
+            conn.exec_driver_sql("ALTER SYSTEM SET log_connections = on")
+        n = 400
+        enqueue_numbered(engine, n, first_chat=40_000)
+        env = relay_env(
+            server.url + "?application_name=outbox-relay",
+            fake_telegram.api_url,
+            OUTBOX_RATE_LIMIT="20",  # rows wait in memory for their turn, holding send slots
+            OUTBOX_CONCURRENCY="32",
+            OUTBOX_LEASE="60s",
+        )
+        with Relays(env, tmp_path).running() as relays:
+            relay = relays.start()
+            wait_until(lambda: fake_telegram.count() >= 40, 30, "40 deliveries")
+            server.stop("immediate")
+            restarted_at = len(server.logfile.read_text(errors="replace"))
+            time.sleep(2.0)  # the outage
+            server.start()
+            wait_until(lambda: fake_telegram.count() >= 100, 60, "deliveries after the restart")
+            assert relay.alive(), relay.describe()
+            assert relay.stop() == 0, relay.describe()
+        after = server.logfile.read_text(errors="replace")[restarted_at:]
+        opened = after.count(
+            "connection authorized: user=postgres database=postgres application_name=outbox-relay"
+        )
+        # Claim, record and listen (maintenance reconnects at its next round, some seconds
+        # later); one more if a connection failed on its way up.
+        assert 3 <= opened <= 5, f"{opened} relay connections after the restart"
+    finally:
+        engine.dispose()
+        server.close()
 
 
 # --- 2. outcomes are written during the grace period -------------------------------------------
