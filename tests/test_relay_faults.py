@@ -8,6 +8,7 @@ import asyncio
 import signal
 import subprocess
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -325,7 +326,7 @@ def test_a_relay_started_before_its_database_exists_waits_for_it(
 ) -> None:
     from outbox.db import create_engine, with_database
 
-    name = f"later_{free_port()}"
+    name = f"later_{uuid.uuid4().hex[:8]}"
     url = with_database(server_url, name)
     with Relays(relay_env(url, fake_telegram.api_url), tmp_path).running() as relays:
         relay = relays.start()
