@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 __all__ = ["Booking", "RateLimiter", "RateLimits"]
 
@@ -38,8 +39,7 @@ class RateLimits:
             raise ValueError("rate limits cannot be negative")
 
 
-@dataclass(frozen=True, slots=True)
-class Booking:
+class Booking(NamedTuple):
     """A send slot booked for one message: given back with ``RateLimiter.cancel`` if unused."""
 
     chat_id: int | str

@@ -34,17 +34,6 @@ _CUT_OFF = Failure(
 )
 
 
-class _Attempt:
-    """One row on its way: whether its request may have reached Telegram, and where to."""
-
-    __slots__ = ("new_chat_id", "row", "sending")
-
-    def __init__(self, row: queries.ClaimedRow) -> None:
-        self.row = row
-        self.sending = False  # a request is out: cut off now, it may have been delivered
-        self.new_chat_id: int | None = None  # the group moved (ChatMigrated)
-
-
 class SendPool:
     """At most ``concurrency`` sends at once; each keeps its slot until its outcome is written."""
 
@@ -77,6 +66,9 @@ class SendPool:
         self._on_finished = on_finished
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
+        # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
+        self._sending: set[int] = set()
+        self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
         self._deferred_until = 0.0  # loop time when the last row handed back is due
 
     @property
@@ -122,33 +114,34 @@ class SendPool:
 
     async def process(self, row: queries.ClaimedRow, claimed_at: float) -> None:
         """Send one claimed row and record its outcome; return once the outcome is written."""
-        attempt = _Attempt(row)
         try:
             await self._slots.acquire()
         except asyncio.CancelledError:
-            self._release(attempt)  # never started: back to the queue untouched
+            self._release(row)  # never started: back to the queue untouched
             raise
         try:
-            await self._deliver(attempt, claimed_at)
+            await self._deliver(row, claimed_at)
         except Exception as err:  # a bug must not strand the row until the lease
             log.exception("outbox %s: unexpected error while delivering", row.id)
-            self._fail(attempt, classify(err))
+            self._fail(row, classify(err))
         except asyncio.CancelledError:
-            if attempt.sending:
+            if id(row) in self._sending:
                 # The grace period ran out mid-send: the request may have reached Telegram.
-                self._fail(attempt, _CUT_OFF)
+                self._fail(row, _CUT_OFF)
             else:
                 # Cut off before any request (waiting for the rate limits, checking the
                 # claim): nothing was sent, so no attempt is spent.
-                self._release(attempt)
+                self._release(row)
             raise
         else:
             await self._completer.until_written()
         finally:
             self._slots.release()
+            self._sending.discard(id(row))
+            if self._moved:
+                self._moved.pop(id(row), None)
 
-    async def _deliver(self, attempt: _Attempt, claimed_at: float) -> None:  # noqa: PLR0911 - one exit per fate
-        row = attempt.row
+    async def _deliver(self, row: queries.ClaimedRow, claimed_at: float) -> None:  # noqa: PLR0911 - one exit per fate
         if row.already_sent:
             self._total.already_sent += 1
             self._completer.record(queries.Outcome.for_row(row, State.DONE))
@@ -156,7 +149,7 @@ class SendPool:
         try:
             args = send_message_args(row.payload)
         except MalformedPayload as err:
-            self._fail(attempt, classify(err))
+            self._fail(row, classify(err))
             return
         loop = asyncio.get_running_loop()
         while True:
@@ -167,13 +160,13 @@ class SendPool:
                 delay = self._limiter.defer(chat_id, now)
                 self._deferred_until = max(self._deferred_until, now + delay)
                 self._total.deferred += 1
-                self._hand_back(attempt, delay)
+                self._hand_back(row, delay)
                 return
             booking = await self._wait_for_turn(chat_id)
             if booking is None:
-                self._release(attempt)
+                self._release(row)
                 return
-            if self._flood.paused_for(loop.time()) > 0.001:
+            if self._limiter.paused_for(loop.time()) > 0.001:
                 # Flood control began while this send waited for its turn: the slot it booked
                 # goes back, and it books a new one after the pause.
                 self._limiter.cancel(booking)
@@ -184,20 +177,21 @@ class SendPool:
                 self._limiter.cancel(booking)
                 self._total.cancelled += 1
                 return
-            attempt.sending = True
+            key = id(row)
+            self._sending.add(key)
             try:
                 sent = await self._sender.send(args)
             except Exception as err:  # noqa: BLE001 - every failure is classified in one place
                 failure = classify(err)
-                if failure.kind is FailureKind.MIGRATED and attempt.new_chat_id is None:
-                    attempt.new_chat_id = args["chat_id"] = failure.new_chat_id
+                moved_to = failure.new_chat_id
+                if failure.kind is FailureKind.MIGRATED and moved_to and key not in self._moved:
+                    self._moved[key] = args["chat_id"] = moved_to
                     log.info("outbox %s: %s; resending", row.id, failure.reason)
-                    attempt.sending = False
+                    self._sending.discard(key)
                     continue
-                self._handle_failure(attempt, failure)
+                self._handle_failure(row, failure)
                 return
-            attempt.sending = False
-            self._mark_sent(attempt, sent)
+            self._mark_sent(row, sent)
             return
 
     async def _wait_for_turn(self, chat_id: int | str) -> Booking | None:
@@ -217,9 +211,8 @@ class SendPool:
 
     # --- outcomes ------------------------------------------------------------------------------
 
-    def _mark_sent(self, attempt: _Attempt, sent: SentMessage) -> None:
+    def _mark_sent(self, row: queries.ClaimedRow, sent: SentMessage) -> None:
         self._total.sent += 1
-        row = attempt.row
         self._completer.record(
             queries.Outcome.for_row(
                 row,
@@ -227,14 +220,14 @@ class SendPool:
                 key=row.key,
                 chat_id=sent.chat_id,
                 message_id=sent.message_id,
-                new_chat_id=attempt.new_chat_id,
+                new_chat_id=self._moved.get(id(row)),
             )
         )
 
-    def _handle_failure(self, attempt: _Attempt, failure: Failure) -> None:
+    def _handle_failure(self, row: queries.ClaimedRow, failure: Failure) -> None:
         if failure.kind is FailureKind.UNAUTHORIZED:
             # Not the message's fault: hand it back untouched and stop the relay.
-            self._release(attempt)
+            self._release(row)
             self._on_unauthorized(
                 TelegramUnauthorized(
                     "Telegram rejected the bot token (check TELEGRAM_BOT_TOKEN); relay stopped"
@@ -245,10 +238,9 @@ class SendPool:
             # Flood control is per bot: every send of this bot waits, not only this row, and
             # so do the other relays (told with the next write).
             self._flood.flooded(failure.retry_after, asyncio.get_running_loop().time())
-        self._fail(attempt, failure)
+        self._fail(row, failure)
 
-    def _fail(self, attempt: _Attempt, failure: Failure) -> None:
-        row = attempt.row
+    def _fail(self, row: queries.ClaimedRow, failure: Failure) -> None:
         decision = decide(self._retry, row.attempts, failure)
         if decision.state is State.FAILED:
             self._total.failed += 1
@@ -265,23 +257,23 @@ class SendPool:
                 delay_seconds=decision.delay_seconds,
                 error=decision.error,
                 # A group that moved stays moved, whatever happened to the resend.
-                new_chat_id=attempt.new_chat_id,
+                new_chat_id=self._moved.get(id(row)),
             )
         )
 
-    def _release(self, attempt: _Attempt) -> None:
+    def _release(self, row: queries.ClaimedRow) -> None:
         """Back to the queue unsent, due now (shutdown, rejected token)."""
         self._total.released += 1
-        self._hand_back(attempt, 0.0)
+        self._hand_back(row, 0.0)
 
-    def _hand_back(self, attempt: _Attempt, delay: float) -> None:
+    def _hand_back(self, row: queries.ClaimedRow, delay: float) -> None:
         """Back to the queue without spending an attempt."""
         self._completer.record(
             queries.Outcome.for_row(
-                attempt.row,
+                row,
                 State.PENDING,
                 delay_seconds=delay,
                 refund_attempt=True,
-                new_chat_id=attempt.new_chat_id,
+                new_chat_id=self._moved.get(id(row)),
             )
         )
