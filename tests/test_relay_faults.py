@@ -387,6 +387,20 @@ def test_a_relay_started_before_the_bot_api_answers_waits_for_it(
     assert [d.chat_id for d in fake.delivered] == [830]
 
 
+def test_a_relay_waiting_at_start_stops_on_sigterm(db_url: str, tmp_path: Any) -> None:
+    env = relay_env(db_url, f"http://127.0.0.1:{free_port()}")  # nothing listens there
+    with Relays(env, tmp_path).running() as relays:
+        relay = relays.start()
+        wait_until(
+            lambda: "cannot reach the Telegram Bot API yet" in relay.stderr,
+            20,
+            "the relay to wait for the Bot API",
+            explain=relays.describe,
+        )
+        assert relay.stop(timeout=10) == 0, relay.describe()
+    assert "relay stopped: 0 sent" in relay.stdout
+
+
 # --- 9. a schema from another version ----------------------------------------------------------
 
 
