@@ -14,7 +14,7 @@ import contextlib
 import json
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
@@ -36,6 +36,9 @@ from outbox.queries import AsyncConn
 from outbox.retry import RetryPolicy
 from outbox.schema import current_schema
 from outbox.states import State
+
+if TYPE_CHECKING:
+    from outbox.relay.maintenance import Reaper, Retention
 
 __all__ = ["add_commands"]
 
@@ -294,12 +297,27 @@ def _maintenance(args: argparse.Namespace, work: Callable[[AsyncConn], Awaitable
     return asyncio.run(run())
 
 
+def _reaper(args: argparse.Namespace) -> Reaper:
+    from outbox.relay.maintenance import Reaper  # noqa: PLC0415 - the relay's imports are heavy
+
+    return Reaper(schema=current_schema(), lease_seconds=args.lease, max_attempts=args.max_attempts)
+
+
+def _retention(args: argparse.Namespace) -> Retention:
+    from outbox.relay.maintenance import Retention  # noqa: PLC0415
+
+    return Retention(
+        schema=current_schema(),
+        done_older_than=args.older_than,
+        markers_older_than=args.markers_older_than,
+        batch_size=args.batch_size,
+    )
+
+
 def cmd_reap(args: argparse.Namespace) -> int:
     reaped = _maintenance(
         args,
-        lambda conn: queries.reap_stale(
-            conn, schema=current_schema(), lease_seconds=args.lease, max_attempts=args.max_attempts
-        ),
+        lambda conn: _reaper(args).run_once(conn),
     )
     if args.json:
         _print_json(reaped)
@@ -333,14 +351,15 @@ def cmd_prune(args: argparse.Namespace) -> int:
 
 async def _prune(conn: AsyncConn, args: argparse.Namespace) -> dict[str, int]:
     """The relay's retention step, with a progress line when stderr is a terminal."""
-    options = {
-        "schema": current_schema(),
-        "done_older_than_seconds": args.older_than,
-        "markers_older_than_seconds": args.markers_older_than,
-    }
+    retention = _retention(args)
     if not on_terminal():
-        return await queries.prune(conn, batch_size=args.batch_size, **options)
-    total = await queries.count_prunable(conn, **options)
+        return await retention.run_once(conn)
+    total = await queries.count_prunable(
+        conn,
+        schema=retention.schema,
+        done_older_than_seconds=retention.done_older_than,
+        markers_older_than_seconds=retention.markers_older_than,
+    )
     line = ProgressLine("prune", sys.stderr)
     done = 0
 
@@ -351,9 +370,7 @@ async def _prune(conn: AsyncConn, args: argparse.Namespace) -> dict[str, int]:
 
     with line.above_logs():
         line.show(0, total)
-        removed = await queries.prune(
-            conn, batch_size=args.batch_size, on_batch=batch_done, **options
-        )
+        removed = await retention.run_once(conn, on_batch=batch_done)
     line.finish(done, max(total - done, 0))
     return removed
 

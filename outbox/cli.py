@@ -30,6 +30,7 @@ from outbox.config import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_POLL_ONLY_INTERVAL,
     DEFAULT_RETENTION,
+    DEFAULT_TELEGRAM_TIMEOUT,
     RelayConfig,
     read_token,
     telegram_api_url,
@@ -269,12 +270,12 @@ def _relay_flags(parser: _Parser) -> None:
         env="OUTBOX_GRACE",
         default=DEFAULT_GRACE,
         convert=_seconds,
-        help="on SIGTERM, how long in-flight sends may finish",
+        help="on SIGTERM, how long in-flight sends may finish (a second SIGTERM: at once)",
     )
     parser.add(
         "--telegram-timeout",
         env="OUTBOX_TELEGRAM_TIMEOUT",
-        default=10.0,
+        default=DEFAULT_TELEGRAM_TIMEOUT,
         convert=_seconds,
         help="how long to wait for the Bot API's answer (no answer: maybe delivered, retried)",
     )
@@ -322,6 +323,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         poll_interval=poll_interval,
         lease_seconds=args.lease,
         grace_seconds=args.grace,
+        telegram_timeout=args.telegram_timeout,
         retention_seconds=args.retention,
         marker_retention_seconds=args.marker_retention,
         retry=RetryPolicy(max_attempts=args.max_attempts, base_seconds=args.backoff_base),
@@ -342,7 +344,7 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     api_url = telegram_api_url()
     config = _relay_config(args, _database_url(args))
     sender = TelegramSender(
-        token, api_url=api_url, pool_size=config.concurrency, read_timeout=args.telegram_timeout
+        token, api_url=api_url, pool_size=config.concurrency, read_timeout=config.telegram_timeout
     )
 
     async def run() -> int:
@@ -378,7 +380,8 @@ _STUCK_AFTER_GRACE = 5.0
 
 
 def _stop_on_signals(relay: Relay, *, grace: float) -> None:
-    """SIGTERM and SIGINT stop the relay; one that then does not stop logs where it is stuck."""
+    """SIGTERM and SIGINT stop the relay (a second one at once, without the rest of the grace);
+    one that then does not stop logs where it is stuck."""
     loop = asyncio.get_running_loop()
     armed = False
 

@@ -26,6 +26,7 @@ DEFAULT_POLL_INTERVAL = 30.0
 DEFAULT_POLL_ONLY_INTERVAL = 1.0
 DEFAULT_LEASE = 300.0
 DEFAULT_GRACE = 10.0
+DEFAULT_TELEGRAM_TIMEOUT = 10.0
 DEFAULT_RETENTION = 7 * 86400.0
 DEFAULT_MARKER_RETENTION = 30 * 86400.0
 
@@ -48,6 +49,8 @@ class RelayConfig:
     marker_retention_seconds: float = DEFAULT_MARKER_RETENTION
     prune_batch_size: int = 1000
     grace_seconds: float = DEFAULT_GRACE  # shutdown: how long in-flight sends may finish
+    # How long a send waits for the Bot API's answer (the sender's read timeout).
+    telegram_timeout: float = DEFAULT_TELEGRAM_TIMEOUT
     # Outcomes are written as soon as the previous write is done (group commit), and at least
     # this often.
     flush_interval: float = 0.02
@@ -71,6 +74,17 @@ class RelayConfig:
             raise ConfigError("marker retention must be at least the retention of done rows")
         if self.grace_seconds < 0:
             raise ConfigError("grace period cannot be negative")
+        if self.telegram_timeout <= 0:
+            raise ConfigError("telegram-timeout must be positive")
+        # A claim must outlive the send that holds it: the send may wait the Telegram timeout
+        # for its answer, and a stopping relay lets it run for the grace period. A shorter lease
+        # is reaped mid-send, and the message goes out again from another claim.
+        if self.lease_seconds < self.telegram_timeout + self.grace_seconds:
+            raise ConfigError(
+                f"lease ({self.lease_seconds:g}s) must be at least the Telegram timeout plus "
+                f"the grace period ({self.telegram_timeout:g}s + {self.grace_seconds:g}s): "
+                "a shorter claim expires while its message is being sent, and it is sent again"
+            )
 
 
 def read_token(env: dict[str, str] | None = None) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "SchemaMismatch",
     "SchemaMissing",
     "TelegramUnauthorized",
+    "TelegramUnavailable",
     "Unhealthy",
 ]
 
@@ -67,6 +68,10 @@ class SchemaMismatch(OutboxError):
     or a schema migrated by a newer version."""
 
     exit_code = 5
+
+
+class TelegramUnavailable(ConfigError):
+    """The Bot API does not answer (or answers with something that is not the Bot API)."""
 
 
 class TelegramUnauthorized(OutboxError):

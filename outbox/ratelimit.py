@@ -20,8 +20,9 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
-__all__ = ["RateLimiter", "RateLimits"]
+__all__ = ["Booking", "RateLimiter", "RateLimits"]
 
 _PRUNE_AT = 10_000  # chats remembered before the idle ones are forgotten
 
@@ -36,6 +37,15 @@ class RateLimits:
     def __post_init__(self) -> None:
         if min(self.per_bot, self.per_chat, self.per_group_per_minute, self.chat_margin) < 0:
             raise ValueError("rate limits cannot be negative")
+
+
+class Booking(NamedTuple):
+    """A send slot booked for one message: given back with ``RateLimiter.cancel`` if unused."""
+
+    chat_id: int | str
+    start: float  # when the message may go
+    slot: int | None  # the bot slot taken; None without a per-bot limit
+    chat_before: float | None  # the chat's next free moment before this booking
 
 
 @dataclass
@@ -71,7 +81,13 @@ class RateLimiter:
 
     def reserve(self, chat_id: int | str, now: float) -> float:
         """Book the next slot for ``chat_id``; return how long to wait before sending."""
+        return self.book(chat_id, now).start - now
+
+    def book(self, chat_id: int | str, now: float) -> Booking:
+        """Book the next slot for ``chat_id``; the booking says when the message may go."""
         start = self._earliest(chat_id, now)
+        chat_before = self._chat_next.get(chat_id)
+        slot: int | None = None
         if self.limits.per_bot > 0:
             slot = self._first_free_slot(start)
             self._taken_slots.add(slot)
@@ -87,7 +103,20 @@ class RateLimiter:
             # Chats still inside their interval stay; look again only once the map has doubled,
             # so that a busy broadcast does not rescan the whole map on every message.
             self._prune_at = max(_PRUNE_AT, 2 * len(self._chat_next))
-        return start - now
+        return Booking(chat_id, start, slot, chat_before)
+
+    def cancel(self, booking: Booking) -> None:
+        """Give back a booking that will not be used (flood control began, the row was
+        withdrawn): its bot slot is free again, and its chat's spacing is as before, unless a
+        later booking of the chat has moved it on since."""
+        if booking.slot is not None:
+            self._taken_slots.discard(booking.slot)
+        interval = self._chat_interval(booking.chat_id)
+        if interval and self._chat_next.get(booking.chat_id) == booking.start + interval:
+            if booking.chat_before is None:
+                del self._chat_next[booking.chat_id]
+            else:
+                self._chat_next[booking.chat_id] = booking.chat_before
 
     def defer(self, chat_id: int | str, now: float) -> float:
         """Seconds until a message handed back to the queue should come back.

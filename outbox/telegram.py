@@ -14,7 +14,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram import error as tg
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
-from outbox.errors import ConfigError, TelegramUnauthorized
+from outbox.errors import TelegramUnauthorized, TelegramUnavailable
 from outbox.payload import send_message_args
 from outbox.redact import redact, register_secret
 
@@ -156,7 +156,7 @@ class TelegramSender:
                 "Telegram rejected the bot token (check TELEGRAM_BOT_TOKEN)"
             ) from None
         except tg.TelegramError as err:  # unreachable, flood control, a proxy's error page
-            raise ConfigError(
+            raise TelegramUnavailable(
                 f"cannot reach the Telegram Bot API (check OUTBOX_TELEGRAM_API_URL): "
                 f"{redact(str(err))}"
             ) from None

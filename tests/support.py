@@ -1,7 +1,9 @@
-"""Helpers for tests that run relays as real processes against the fake Bot API."""
+"""Helpers shared by the tests: relays in this process or as real processes against the fake
+Bot API, waiting for conditions, and looking at the outbox table."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import os
@@ -21,20 +23,45 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from outbox import queries
+from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
+from outbox.fake_telegram import FakeTelegram
+from outbox.ratelimit import RateLimits
+from outbox.relay import Relay
+from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
 
 __all__ = [
+    "UNLIMITED",
     "OwnPostgres",
     "RelayProcess",
     "Relays",
+    "backends",
     "enqueue_numbered",
+    "eventually",
     "insert_raw",
+    "make_relay",
     "relay_env",
     "row",
     "states",
     "wait_until",
 ]
+
+
+# Rate limits off: tests that are not about pacing need not wait for Telegram's limits.
+UNLIMITED = RateLimits(per_bot=0, per_chat=0, per_group_per_minute=0)
+
+
+def make_relay(db_url: str, fake: FakeTelegram, **config: Any) -> Relay:
+    """A relay in this process against ``db_url`` and the fake; rate limits off by default."""
+    cfg = RelayConfig(database_url=db_url, **{"rate_limits": UNLIMITED, **config})
+    sender = TelegramSender(
+        TEST_TOKEN,
+        api_url=fake.api_url,
+        pool_size=cfg.concurrency,
+        read_timeout=cfg.telegram_timeout,
+    )
+    return Relay(cfg, sender)
 
 
 def insert_raw(conn: sa.Connection | Session, key: str, payload: Any) -> None:
@@ -175,9 +202,35 @@ def wait_until(
         time.sleep(interval)
 
 
+async def eventually(
+    condition: Callable[[], Any], timeout: float, what: str, *, interval: float = 0.02
+) -> Any:
+    """``wait_until`` for a test that runs a relay in its own event loop: the condition (which
+    may block, on the database say) runs in a thread, and the relay keeps running meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        result = await asyncio.to_thread(condition)
+        if result:
+            return result
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout:g} s waiting for {what}")
+        await asyncio.sleep(interval)
+
+
 def states(engine: sa.Engine) -> dict[str, int]:
     with engine.begin() as conn:
         return queries.count_by_state(conn, schema="public")
+
+
+def backends(engine: sa.Engine, where: str) -> list[str]:
+    """Queries of the other sessions on the test's database that match ``where`` (SQL on
+    pg_stat_activity), e.g. relay connections waiting for a lock."""
+    with engine.begin() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT query FROM pg_stat_activity WHERE datname = current_database() "
+            f"AND backend_type = 'client backend' AND pid <> pg_backend_pid() AND ({where})"
+        ).scalars()
+        return list(found)
 
 
 def row(engine: sa.Engine, key: str) -> dict[str, Any]:

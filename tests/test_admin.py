@@ -5,8 +5,6 @@ from __future__ import annotations
 import asyncio
 import json
 import threading
-import time
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -15,6 +13,7 @@ import sqlalchemy as sa
 
 from outbox import enqueue, queries
 from outbox.cli import main
+from tests.support import wait_until
 
 BLOCKED = "Forbidden: bot was blocked by the user"
 
@@ -79,13 +78,6 @@ def row(engine: sa.Engine, row_id: int) -> sa.Row[Any]:
 def markers(engine: sa.Engine) -> list[str]:
     with engine.begin() as conn:
         return list(conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars())
-
-
-def wait_until(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.02)
 
 
 # --- list -----------------------------------------------------------------------------------
@@ -348,7 +340,7 @@ def test_two_operators_replaying_one_row_at_once_replay_it_once(
                     ).scalar_one()
                 )
 
-        wait_until(second_waits_for_the_lock)
+        wait_until(second_waits_for_the_lock, 10, "the second replay to wait for the lock")
         transaction.commit()
         thread.join(10)
     assert second == {"code": 7}

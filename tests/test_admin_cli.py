@@ -6,19 +6,13 @@ import asyncio
 import os
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 
 import pytest
 import sqlalchemy as sa
 
 from outbox.cli import main
-from outbox.config import RelayConfig
 from outbox.fake_telegram import FakeTelegram
-from outbox.ratelimit import RateLimits
-from outbox.relay import Relay
-from outbox.telegram import TelegramSender
-from tests.conftest import TEST_TOKEN
+from tests.support import eventually, make_relay
 from tests.test_admin import add, add_failed, add_marker, row, run
 
 UNREACHABLE = "postgresql://outbox:secret@127.0.0.1:1/outbox"
@@ -126,21 +120,6 @@ def test_the_real_command_prints_no_traceback(argv: list[str], code: int, messag
 # --- replay beside running relays ----------------------------------------------------------------
 
 
-def make_relay(db_url: str, fake: FakeTelegram) -> Relay:
-    # The default 30 s poll interval: a replayed row that goes out at once was woken by NOTIFY.
-    config = RelayConfig(
-        database_url=db_url, rate_limits=RateLimits(per_bot=0, per_chat=0, per_group_per_minute=0)
-    )
-    return Relay(config, TelegramSender(TEST_TOKEN, api_url=fake.api_url, pool_size=4))
-
-
-async def eventually(condition: Callable[[], bool], timeout: float = 10.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not await asyncio.to_thread(condition):
-        assert time.monotonic() < deadline, "condition not met in time"
-        await asyncio.sleep(0.02)
-
-
 def listening_relays(engine: sa.Engine) -> int:
     with engine.begin() as conn:
         return int(
@@ -168,18 +147,20 @@ def test_replay_while_relays_run_is_delivered_exactly_once(
         return main(["replay", *argv])
 
     async def scenario() -> list[int]:
-        relays = [make_relay(db_url, fake_telegram) for _ in range(2)]
+        # The default 30 s poll interval: a replayed row that goes out at once was woken by
+        # NOTIFY.
+        relays = [make_relay(db_url, fake_telegram, concurrency=4) for _ in range(2)]
         for relay in relays:
             await relay.open()
         running = [asyncio.create_task(relay.run()) for relay in relays]
         try:
-            await eventually(lambda: len(fake_telegram.delivered_to(7000)) == 1)
-            await eventually(lambda: listening_relays(engine) == 2)
+            await eventually(lambda: len(fake_telegram.delivered_to(7000)) == 1, 10, "warm-up")
+            await eventually(lambda: listening_relays(engine) == 2, 10, "two listeners")
             codes = [await asyncio.to_thread(replay, str(failed), str(sent))]
-            await eventually(lambda: row(engine, failed)[0] == "bajarildi")
+            await eventually(lambda: row(engine, failed)[0] == "bajarildi", 10, "the replay")
             codes.append(await asyncio.to_thread(replay, str(failed)))  # now done: refused
             codes.append(await asyncio.to_thread(replay, str(sent), "--force"))
-            await eventually(lambda: row(engine, sent)[0] == "bajarildi")
+            await eventually(lambda: row(engine, sent)[0] == "bajarildi", 10, "the forced one")
             return codes
         finally:
             for relay in relays:

@@ -60,6 +60,9 @@ def test_kill_9_three_times_during_a_drain_loses_nothing(
         "OUTBOX_CONCURRENCY": str(CONCURRENCY),
         "OUTBOX_BATCH_SIZE": str(CONCURRENCY),
         "OUTBOX_LEASE": "2s",
+        # The lease must cover a send: the Telegram timeout plus the grace.
+        "OUTBOX_TELEGRAM_TIMEOUT": "1s",
+        "OUTBOX_GRACE": "1s",
         # A row can be claimed by each of the three killed relays; that must not fail it.
         "OUTBOX_MAX_ATTEMPTS": "5",
     }
@@ -114,7 +117,8 @@ def test_a_relay_hung_past_its_lease_is_reaped_and_its_late_result_discarded(
     # The Bot API holds the first answer, then refuses: a late result that, written, would
     # turn a delivered message into a dead letter.
     fake_telegram.script(chat, Fault.forbidden().after(1.5))
-    settings = {"OUTBOX_LEASE": "2s"}
+    # The lease covers the Telegram timeout (beyond the 1.5 s answer) plus the grace.
+    settings = {"OUTBOX_LEASE": "2s", "OUTBOX_TELEGRAM_TIMEOUT": "1.8s", "OUTBOX_GRACE": "0.2s"}
     hung = relays.start(**settings)
     wait_until(
         lambda: any(r.chat_id == chat for r in fake_telegram.requests),

@@ -16,14 +16,10 @@ import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue
-from outbox.config import RelayConfig
 from outbox.fake_telegram import FakeTelegram, Fault
-from outbox.ratelimit import RateLimits
-from outbox.relay import Relay
 from outbox.retry import RetryPolicy
-from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
-from tests.support import Relays, insert_raw, row, states, wait_until
+from tests.support import Relays, insert_raw, make_relay, row, states, wait_until
 
 BASE = 0.25  # backoff base for the matrix: attempts wait 0.25 s, then 0.5 s
 # Scheduling slack: the fake records a request when it arrives and the database's clock decides
@@ -305,9 +301,12 @@ def test_flood_control_pauses_every_send_of_the_bot(
             enqueue(conn, key=f"other-{chat}", payload=text(chat))
     # Nor are they claimed meanwhile: a pause can outlast the lease, and a claim held through
     # it could be reaped and sent by another relay while this one still means to send it.
-    time.sleep(0.5)
-    assert sends_to(fake_telegram, others[0]) == []
-    assert states(engine) == {"kutmoqda": 4, "bajarilmoqda": 0, "bajarildi": 0, "xato": 0}
+    # Looked at throughout most of the pause, once the 429 is written down.
+    wait_until(lambda: states(engine)["kutmoqda"] == 4, 20, "the 429 written down")
+    while time.monotonic() < flooded_at + 1.5:
+        assert sends_to(fake_telegram, others[0]) == []
+        assert states(engine) == {"kutmoqda": 4, "bajarilmoqda": 0, "bajarildi": 0, "xato": 0}
+        time.sleep(0.05)
     wait_until(lambda: all_terminal(engine, 4), 20, "every row to end", explain=relays.describe)
     assert relay.stop() == 0, relay.describe()
 
@@ -339,7 +338,12 @@ def test_flood_control_pauses_every_relay_of_the_bot(
     flooded_at = sends_to(fake_telegram, flooded)[0][0]
     # The relay that got the 429 tells the other one with its next write.
     wait_until(lambda: row(engine, "flooded")["holat"] == "kutmoqda", 20, "the 429 written down")
-    time.sleep(0.2)
+    wait_until(
+        lambda: any("another relay must wait" in r.stderr for r in started),
+        20,
+        "the other relay to hear of the pause",
+        explain=relays.describe,
+    )
     with engine.begin() as conn:
         for chat in others:
             enqueue(conn, key=f"other-{chat}", payload=text(chat))
@@ -470,15 +474,12 @@ def test_read_timeout_is_retried_and_may_duplicate(
     fake_telegram.script(chat, Fault.slow(3.0))
     with engine.begin() as conn:
         enqueue(conn, key="timeout", payload=text(chat))
-    config = RelayConfig(
-        database_url=db_url,
-        retry=RetryPolicy(base_seconds=0.2),
-        rate_limits=RateLimits(per_bot=0, per_chat=0, per_group_per_minute=0),
-    )
 
     async def scenario() -> None:
-        sender = TelegramSender(TEST_TOKEN, api_url=fake_telegram.api_url, read_timeout=0.5)
-        async with Relay(config, sender) as relay:
+        relay = make_relay(
+            db_url, fake_telegram, retry=RetryPolicy(base_seconds=0.2), telegram_timeout=0.5
+        )
+        async with relay:
             runner = asyncio.create_task(relay.run())
             while row(engine, "timeout")["holat"] != "bajarildi":
                 await asyncio.sleep(0.05)

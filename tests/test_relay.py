@@ -9,31 +9,16 @@ from datetime import UTC, datetime, timedelta
 
 import sqlalchemy as sa
 
-from outbox import State, enqueue, queries
-from outbox.config import RelayConfig
+from outbox import State, enqueue
 from outbox.fake_telegram import FakeTelegram
 from outbox.ratelimit import RateLimits
-from outbox.relay import Relay, RunSummary
-from outbox.telegram import TelegramSender
-from tests.conftest import TEST_TOKEN
-
-UNLIMITED = RateLimits(per_bot=0, per_chat=0, per_group_per_minute=0)
-
-
-def make_relay(db_url: str, fake: FakeTelegram, **config: object) -> Relay:
-    settings: dict[str, object] = {"rate_limits": UNLIMITED, **config}
-    cfg = RelayConfig(database_url=db_url, **settings)  # type: ignore[arg-type]
-    return Relay(cfg, TelegramSender(TEST_TOKEN, api_url=fake.api_url, pool_size=cfg.concurrency))
+from outbox.relay import RunSummary
+from tests.support import backends, eventually, make_relay, states
 
 
 async def drain(db_url: str, fake: FakeTelegram, **config: object) -> RunSummary:
     async with make_relay(db_url, fake, **config) as relay:
         return await relay.run(drain=True)
-
-
-def states(engine: sa.Engine) -> dict[str, int]:
-    with engine.begin() as conn:
-        return queries.count_by_state(conn, schema="public")
 
 
 def test_enqueue_commits_and_rolls_back_with_the_caller(engine: sa.Engine) -> None:
@@ -188,17 +173,22 @@ def test_relay_maintenance_applies_retention(
             "('old', 1, 1, now() - interval '31 days'), ('recent', 1, 2, now())"
         )
 
+    def kept() -> tuple[list[str], list[str]]:
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars()
+            markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars()
+            return list(rows), list(markers)
+
     async def scenario() -> None:
         async with make_relay(db_url, fake_telegram) as relay:
             runner = asyncio.create_task(relay.run())
-            await asyncio.sleep(1.0)
+            # The first maintenance round runs at start; the old marker goes last.
+            await eventually(lambda: kept()[1] == ["recent"], 10, "retention to run")
             relay.stop()
             await runner
 
     asyncio.run(scenario())
-    with engine.begin() as conn:
-        rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars().all()
-        markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan").scalars().all()
+    rows, markers = kept()
     assert rows == ["failed-long-ago", "recent"]  # xato rows are never pruned
     assert markers == ["recent"]
 
@@ -238,7 +228,7 @@ def test_row_cancelled_while_waiting_for_a_send_slot_is_not_sent(
         async with make_relay(db_url, fake_telegram, concurrency=1) as relay:
             # One batch: both rows are claimed, and the second waits for the only slot.
             runner = asyncio.create_task(relay.run_once())
-            await asyncio.sleep(0.5)
+            await eventually(lambda: fake_telegram.delivered_to(1), 10, "the first send")
             with engine.begin() as conn:
                 assert cancel(conn, ["second"]) == 1
             return await runner
@@ -262,8 +252,14 @@ def test_stalled_sends_leave_the_other_rows_to_other_relays(
     async def scenario() -> tuple[dict[str, int], RunSummary]:
         async with make_relay(db_url, fake_telegram, concurrency=1) as relay:
             runner = asyncio.create_task(relay.run(drain=True))
-            await asyncio.sleep(0.8)  # the only slot is busy; nothing sends meanwhile
-            during = states(engine)
+            # The only slot is busy until the slow answer comes (1.5 s after the request):
+            # look at the table throughout that time.
+            arrived = await eventually(lambda: fake_telegram.delivered_to(1), 10, "the send")
+            seen = [states(engine)]
+            while time.monotonic() < arrived[0].at + 1.2:
+                seen.append(await asyncio.to_thread(states, engine))
+                await asyncio.sleep(0.05)
+            during = {name: max(s[name] for s in seen) for name in ("bajarilmoqda", "kutmoqda")}
             return during, await runner
 
     during, summary = asyncio.run(scenario())
@@ -287,23 +283,27 @@ def test_drain_waits_for_rows_it_handed_back_for_a_busy_chat(
 
 
 def test_a_stop_that_comes_during_a_claim_is_not_slept_through(
-    db_url: str, fake_telegram: FakeTelegram
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
 ) -> None:
     import psycopg
+
+    def listening() -> bool:
+        return bool(backends(engine, "state = 'idle' AND starts_with(query, 'LISTEN')"))
 
     async def scenario() -> float:
         async with make_relay(db_url, fake_telegram) as relay:  # polls every 30 s by default
             runner = asyncio.create_task(relay.run())
-            await asyncio.sleep(0.5)  # idle, waiting for a NOTIFY or the poll
+            await eventually(listening, 10, "the relay to listen")  # idle, waiting for a NOTIFY
             async with await psycopg.AsyncConnection.connect(db_url) as locker:
                 # The relay's next claim waits for this lock: stop() arrives meanwhile.
                 await locker.execute("LOCK TABLE outbox IN ACCESS EXCLUSIVE MODE")
                 async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as c:
                     await c.execute("SELECT pg_notify('outbox', '')")
-                await asyncio.sleep(0.5)
+                await eventually(
+                    lambda: backends(engine, "wait_event_type = 'Lock'"), 10, "a blocked claim"
+                )
                 relay.stop()
                 stopped_at = time.monotonic()
-                await asyncio.sleep(0.3)
             await runner  # the lock is gone: the claim finishes, and the stop is seen
             return time.monotonic() - stopped_at
 

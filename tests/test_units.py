@@ -1,22 +1,28 @@
-"""Unit tests of small pure pieces: durations, rate limits, redaction, payloads, config."""
+"""Unit tests of small pure pieces: durations, rate limits, redaction, payloads, config, and
+the relay's claim sizing and flood control."""
 
 from __future__ import annotations
 
 import asyncio
 import logging
 import sys
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from outbox.classify import MalformedPayload
-from outbox.config import read_token, telegram_api_url
+from outbox.config import RelayConfig, read_token, telegram_api_url
 from outbox.db import normalize_url, redact_url, with_database
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import ConfigError, InvalidInput
 from outbox.ratelimit import RateLimiter, RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
+from outbox.relay import RunSummary
+from outbox.relay.claimer import Claimer, ClaimPlan
+from outbox.relay.connection import Connection
+from outbox.relay.flood import FloodControl
 from outbox.telegram import send_message_args
 
 
@@ -194,39 +200,136 @@ def test_database_urls() -> None:
             normalize_url(bad)
 
 
-def test_claim_ahead_follows_the_rate_sends_finish_at() -> None:
-    from outbox.config import RelayConfig
-    from outbox.relay import Relay
-    from outbox.telegram import NullSender
+def claimer(**config: Any) -> Claimer:
+    """A claimer for sizing questions only: it never reaches its database."""
+    cfg = RelayConfig(database_url="postgresql:///unused", **config)
+    limiter = RateLimiter(cfg.rate_limits)
+    connection = Connection(cfg.database_url, "claim", asyncio.Event())
+    return Claimer(connection, cfg, limiter=limiter, total=RunSummary(), stopping=asyncio.Event())
 
-    relay = Relay(RelayConfig(database_url="postgresql:///unused", claim_ahead=64), NullSender())
+
+def test_claim_ahead_follows_the_rate_sends_finish_at() -> None:
+    sizing = claimer(claim_ahead=64)
     # Nothing measured yet: claim for free send slots only.
-    assert relay._claim_ahead(0.0) == 0
+    assert sizing.claim_ahead(0.0, written=0) == 0
     # 100 sends finished in 0.1 s: 1,000/s, so a row claimed ahead starts within ~25 ms.
-    relay._written_count = 100
-    assert relay._claim_ahead(0.1) == 25
+    assert sizing.claim_ahead(0.1, written=100) == 25
     # A window is measured once it is complete; until then the last rate holds.
-    relay._written_count = 10_100
-    assert relay._claim_ahead(0.15) == 25
+    assert sizing.claim_ahead(0.15, written=10_100) == 25
     # Fast sends (a no-op sender, a local Bot API): the configured cap.
-    assert relay._claim_ahead(0.2) == 64
+    assert sizing.claim_ahead(0.2, written=10_100) == 64
     # Sends stopped finishing (a slow or paused Bot API): claim nothing ahead.
-    assert relay._claim_ahead(0.5) == 0
+    assert sizing.claim_ahead(0.5, written=10_100) == 0
+
+
+def test_claims_fill_the_free_send_slots_and_no_more_than_a_batch() -> None:
+    sizing = claimer(concurrency=8, batch_size=5, rate_limits=RateLimits(per_bot=0))
+    assert sizing.plan(0.0, in_flight=0, written=0) == ClaimPlan(5, 30.0)
+    assert sizing.plan(0.0, in_flight=6, written=0).want == 2
+    # Every slot busy: claim nothing, wait for a send to finish (or the poll).
+    assert sizing.plan(0.0, in_flight=8, written=0) == ClaimPlan(0, 30.0)
+
+
+def test_claims_stay_within_the_bots_rate_limit_and_stop_during_flood_control() -> None:
+    cfg = RelayConfig(database_url="postgresql:///unused", rate_limits=RateLimits(per_bot=2))
+    limiter = RateLimiter(cfg.rate_limits)
+    sizing = Claimer(
+        Connection(cfg.database_url, "claim", asyncio.Event()),
+        cfg,
+        limiter=limiter,
+        total=RunSummary(),
+        stopping=asyncio.Event(),
+    )
+    # 2 messages/s over the 1.5 s the claimer looks ahead: slots at 0, 0.5, 1.0 and 1.5 s.
+    assert sizing.plan(0.0, in_flight=0, written=0).want == 4
+    for chat in range(4):
+        limiter.reserve(chat, now=0.0)
+    assert sizing.plan(0.0, in_flight=4, written=0) == ClaimPlan(0, 0.5)
+    FloodControl(limiter, schema="public").flooded(3.0, now=0.0)
+    assert sizing.plan(0.0, in_flight=4, written=0) == ClaimPlan(0, 3.0)
 
 
 def test_a_pause_announced_by_another_relay_is_taken_only_when_it_makes_sense() -> None:
-    import psycopg
+    def paused_for(payload: str) -> float:
+        flood = FloodControl(RateLimiter(), schema="public")
+        flood.heard(payload, now=100.0)
+        return flood.paused_for(100.0)
 
-    from outbox.config import RelayConfig
-    from outbox.relay import Relay
-    from outbox.schema import pause_channel
-    from outbox.telegram import NullSender
-
-    async def paused_for(payload: str) -> float:
-        relay = Relay(RelayConfig(database_url="postgresql:///unused"), NullSender())
-        relay._pause_from_peer(psycopg.Notify(pause_channel("public"), payload, 4242))
-        return relay._limiter.paused_for(asyncio.get_running_loop().time())
-
-    assert 2.9 < asyncio.run(paused_for("3")) <= 3.0
+    assert paused_for("3") == 3.0
     for garbled in ("", "soon", "-5", "0", "nan", "1e9"):
-        assert asyncio.run(paused_for(garbled)) == 0.0, garbled
+        assert paused_for(garbled) == 0.0, garbled
+
+
+def test_a_booking_given_back_leaves_no_phantom_slot_or_chat_spacing() -> None:
+    # A message booked its turn, then flood control began: it gives the booking back and books
+    # again after the pause. The slot and the chat spacing it held must be free again.
+    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=1.0, chat_margin=0.0))
+    limiter.reserve(1, now=0.0)  # chat 1 last sent at 0: next at 1.0
+    before = limiter.capacity(1.0, 2.0)
+    booking = limiter.book(1, now=0.0)
+    assert booking.start == pytest.approx(1.0)
+    limiter.pause(0.5, now=0.2)
+    limiter.cancel(booking)
+    assert limiter.capacity(1.0, 2.0) == before
+    # After the pause chat 1 goes at 1.0 (its own spacing), not at 2.0 behind its old booking.
+    assert limiter.book(1, now=0.7).start == pytest.approx(1.0)
+
+
+def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> None:
+    """Its first booking goes back: the message goes when the pause ends, not a whole chat
+    interval later behind the booking it could not use."""
+    from outbox import queries
+    from outbox.relay.completer import Completer
+    from outbox.relay.send_pool import SendPool
+    from outbox.retry import RetryPolicy
+    from outbox.telegram import NullSender, SentMessage
+
+    class Clocked(NullSender):
+        def __init__(self) -> None:
+            super().__init__()
+            self.sent_at: list[float] = []
+
+        async def send(self, args: Any) -> SentMessage:
+            self.sent_at.append(asyncio.get_running_loop().time())
+            return await super().send(args)
+
+    async def scenario() -> float:
+        now = asyncio.get_running_loop().time()
+        limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
+        limiter.reserve(2, now)  # chat 2 was just sent to: its next turn is in 1 s
+        flood = FloodControl(limiter, schema="public")
+        stopping, total, sender = asyncio.Event(), RunSummary(), Clocked()
+
+        async def still_claimed(_row: queries.ClaimedRow) -> bool:
+            return True
+
+        pool = SendPool(
+            sender,
+            concurrency=1,
+            max_chat_hold=1.5,
+            retry=RetryPolicy(),
+            limiter=limiter,
+            flood=flood,
+            completer=Completer(
+                Connection("postgresql:///unused", "record", stopping),
+                schema="public",
+                flush_interval=0.02,
+                grace_seconds=0.0,
+                stopping=stopping,
+                total=total,
+                flood=flood,
+            ),
+            still_claimed=still_claimed,
+            stopping=stopping,
+            total=total,
+            on_unauthorized=lambda _err: None,
+        )
+        payload = {"chat_id": 2, "text": "x"}
+        row = queries.ClaimedRow(1, "eslatma", "k", payload, 1, False, datetime.now(UTC))
+        sending = asyncio.create_task(pool.process(row, now))
+        await asyncio.sleep(0.5)
+        flood.flooded(0.7, asyncio.get_running_loop().time())  # until now + 1.2 s
+        await sending
+        return sender.sent_at[0] - now
+
+    assert 1.15 < asyncio.run(scenario()) < 1.7  # the pause's end, not 2 s (1 s behind it)

@@ -1,0 +1,12 @@
+"""The relay: claim due rows in batches, send them, record the outcomes in batches.
+
+A few small services, each in its own module, wired by ``Relay``::
+
+    Claimer --rows--> SendPool --outcome--> Completer --written--> (slot freed) --> Claimer
+    FloodControl (the bot's pause)   Listener (wake-ups)   Maintenance: Reaper, Retention
+"""
+
+from outbox.relay._relay import Relay
+from outbox.relay.summary import RelaySnapshot, RunSummary
+
+__all__ = ["Relay", "RelaySnapshot", "RunSummary"]

@@ -1,0 +1,195 @@
+"""The claimer: how many rows to claim and when, the claims themselves, and when a drain ends.
+
+Claims are sized to the free send slots, plus a few rows claimed ahead so that a slot that
+frees up starts its next send at once, and no more than the bot's rate limit lets go soon.
+Between claims the claimer sleeps until the earliest due row, a wake-up (NOTIFY, a finished
+send, a written retry), or the poll interval.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+from outbox import queries
+from outbox.config import RelayConfig
+from outbox.ratelimit import RateLimiter
+from outbox.relay.connection import DB_LOST, Connection
+from outbox.relay.send_pool import RECHECK_AFTER, SendPool
+from outbox.relay.summary import RunSummary
+
+__all__ = ["ClaimPlan", "Claimer"]
+
+# Rows claimed ahead of the free send slots should start well within RECHECK_AFTER, so the
+# claimer claims ahead only what it starts within half of it at the rate its slots have been
+# freeing up (and at most config.claim_ahead). The rate is measured over windows of this length.
+_AHEAD_WINDOW = RECHECK_AFTER / 2
+_RATE_WINDOW = 0.1
+# Rows this relay handed back fall due a moment after it decided (their time is set when the
+# write commits): a drain gives them that moment before it ends.
+_DEFER_SLACK = 0.5
+
+# Due rows that stay locked by another transaction are looked at after 10 ms, then 20 ms, ...
+_BUSY_BACKOFF_START = 0.01
+_BUSY_BACKOFF_MAX = 0.5
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimPlan:
+    want: int  # rows to claim now; 0: claim nothing, wait
+    wait: float  # seconds to wait for a wake-up when the claim does not fill up (or is none)
+
+
+class Claimer:
+    """Claims due rows for a send pool, sized to its free slots and the bot's rate limit."""
+
+    def __init__(
+        self,
+        connection: Connection,
+        config: RelayConfig,
+        *,
+        limiter: RateLimiter,
+        total: RunSummary,
+        stopping: asyncio.Event,
+    ) -> None:
+        self._connection = connection
+        self._config = config
+        self._limiter = limiter
+        self._total = total
+        self._stopping = stopping
+        self.wakeup = asyncio.Event()
+        # How far ahead claims may fill the bot's send slots; at least two slots, so that a
+        # very low --rate-limit still finds room.
+        per_bot = config.rate_limits.per_bot
+        self._horizon = max(config.max_chat_hold, 2.0 / per_bot if per_bot else 0.0)
+        self._busy_backoff = _BUSY_BACKOFF_START
+        self._release_rate = 0.0  # outcomes written (send slots freed) per second, lately
+        self._rate_measured_at = 0.0
+        self._rate_measured_count = 0
+
+    # --- sizing --------------------------------------------------------------------------------
+
+    def claim_ahead(self, now: float, written: int) -> int:
+        """How many rows to claim beyond the free send slots, given the outcomes written so
+        far (``written``): what starts within ``_AHEAD_WINDOW`` at the pace slots free up."""
+        elapsed = now - self._rate_measured_at
+        if elapsed >= _RATE_WINDOW:
+            self._release_rate = (written - self._rate_measured_count) / elapsed
+            self._rate_measured_at, self._rate_measured_count = now, written
+        return min(self._config.claim_ahead, int(self._release_rate * _AHEAD_WINDOW))
+
+    def plan(self, now: float, *, in_flight: int, written: int) -> ClaimPlan:
+        """How many rows to claim now, with ``in_flight`` rows held and ``written`` outcomes
+        written so far; and how long to wait if that claim does not fill up."""
+        config = self._config
+        ahead = self.claim_ahead(now, written)
+        free = config.concurrency + ahead - in_flight
+        # Claim once half the rows claimed ahead have started, so that claims (each a commit)
+        # stay large; with nothing claimed ahead, claim for every free slot.
+        min_claim = max(1, ahead // 2)
+        # Claim no more than the bot's rate limit lets go soon: rows beyond it would only wait
+        # in memory, or be handed back.
+        bot_room = self._limiter.capacity(now, self._horizon)
+        if bot_room is not None:
+            free = min(free, bot_room)
+        paused = self._limiter.paused_for(now)
+        if paused > 0:
+            # Flood control: this bot must not send; claim nothing until the pause ends.
+            return ClaimPlan(0, paused)
+        if bot_room == 0:
+            return ClaimPlan(0, 1.0 / config.rate_limits.per_bot)
+        if free >= min(min_claim, bot_room or min_claim):
+            return ClaimPlan(min(free, config.batch_size), config.poll_interval)
+        return ClaimPlan(0, config.poll_interval)
+
+    # --- the loop ------------------------------------------------------------------------------
+
+    async def run(
+        self,
+        pool: SendPool,
+        *,
+        written: Callable[[], int],
+        write_pending: Callable[[], Awaitable[None]],
+        drain: bool,
+    ) -> None:
+        """Claim for ``pool`` until stopped (with ``drain``: until nothing is due or held)."""
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            # Cleared before this round's awaits, not after them: a NOTIFY, a finished send or a
+            # stop() that comes while the round claims or asks the database must still wake
+            # the wait below, or the relay would sleep through it until the timeout.
+            self.wakeup.clear()
+            plan = self.plan(loop.time(), in_flight=pool.in_flight, written=written())
+            timeout = plan.wait
+            if plan.want:
+                rows = await self.claim(plan.want)
+                pool.start(rows, loop.time())
+                if len(rows) == plan.want:
+                    self._busy_backoff = _BUSY_BACKOFF_START
+                    await asyncio.sleep(0)  # let the sends start before claiming more
+                    continue
+                idle = not pool.in_flight
+                if idle:
+                    await write_pending()  # retries written now count for the next due time
+                next_due = await self.next_due(
+                    claimed=bool(rows), deferred_until=pool.deferred_until
+                )
+                nothing_due = next_due is None or next_due > 0
+                deferred_done = pool.deferred_until + _DEFER_SLACK <= loop.time()
+                if drain and not pool.in_flight and nothing_due and deferred_done:
+                    return
+                if next_due is not None:
+                    # A hair late rather than early, so that the claim finds the row due.
+                    timeout = min(timeout, max(next_due, 0.0) + 0.002)
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.wakeup.wait(), timeout)
+
+    # --- database steps, each surviving a lost connection -----------------------------------
+
+    async def claim(self, limit: int) -> list[queries.ClaimedRow]:
+        while True:
+            conn = await self._connection.get()
+            try:
+                rows = await queries.claim_due(conn, limit, schema=self._config.schema)
+            except DB_LOST as err:
+                self._connection.lost(err, conn)
+                if self._stopping.is_set():
+                    return []
+                continue
+            self._total.claimed += len(rows)
+            return rows
+
+    async def still_claimed(self, row: queries.ClaimedRow) -> bool:
+        conn = await self._connection.get()
+        try:
+            return await queries.still_claimed(conn, row, schema=self._config.schema)
+        except DB_LOST as err:
+            self._connection.lost(err, conn)
+            return True  # cannot tell: send; the fenced write sorts out the rest
+
+    async def next_due(self, *, claimed: bool, deferred_until: float) -> float | None:
+        """Seconds until there may be work again; None: nothing is pending for this relay."""
+        next_due = await self._seconds_until_next_due()
+        now = asyncio.get_running_loop().time()
+        own_deferred = deferred_until + _DEFER_SLACK - now
+        if own_deferred > 0 and (next_due is None or next_due > own_deferred):
+            next_due = own_deferred  # rows this relay handed back are its own work
+        if next_due is not None and next_due <= 0 and not claimed:
+            # Due rows exist but the claim skipped them: another transaction holds them locked
+            # (an app changing its task, say). Look again later instead of spinning on them.
+            next_due = self._busy_backoff
+            # Capped low: rows due later must not wait behind a row someone keeps locked.
+            self._busy_backoff = min(self._busy_backoff * 2, _BUSY_BACKOFF_MAX)
+        else:
+            self._busy_backoff = _BUSY_BACKOFF_START
+        return next_due
+
+    async def _seconds_until_next_due(self) -> float | None:
+        conn = await self._connection.get()
+        try:
+            return await queries.seconds_until_next_due(conn, schema=self._config.schema)
+        except DB_LOST as err:
+            self._connection.lost(err, conn)
+            return 0.0

@@ -1,0 +1,131 @@
+"""Maintenance: the reaper and retention, each a ``run_once`` that says what it did.
+
+The relay runs them in a loop, one relay at a time (the holder of an advisory lock);
+``outbox reap`` and ``outbox prune`` run the same ``run_once`` once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from outbox import queries
+from outbox.queries import AsyncConn
+from outbox.relay.connection import DB_LOST, Connection
+
+__all__ = ["Maintenance", "Reaper", "Retention"]
+
+log = logging.getLogger("outbox.relay")
+
+
+@dataclass(frozen=True, slots=True)
+class Reaper:
+    """Returns claims older than the lease to the queue (to xato once attempts are used up)."""
+
+    schema: str
+    lease_seconds: float
+    max_attempts: int
+
+    async def run_once(self, conn: AsyncConn) -> dict[str, int]:
+        """Rows reaped, by the state they went to."""
+        return await queries.reap_stale(
+            conn,
+            schema=self.schema,
+            lease_seconds=self.lease_seconds,
+            max_attempts=self.max_attempts,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Retention:
+    """Keeps the hot table small: deletes old done rows and, later, their sent markers."""
+
+    schema: str
+    done_older_than: float
+    markers_older_than: float
+    batch_size: int
+
+    async def run_once(
+        self, conn: AsyncConn, *, on_batch: Callable[[int], None] | None = None
+    ) -> dict[str, int]:
+        """Rows deleted, by table; xato rows are never deleted. ``on_batch`` hears each
+        batch's count (``outbox prune``'s progress line)."""
+        return await queries.prune(
+            conn,
+            schema=self.schema,
+            done_older_than_seconds=self.done_older_than,
+            markers_older_than_seconds=self.markers_older_than,
+            batch_size=self.batch_size,
+            on_batch=on_batch,
+        )
+
+
+class Maintenance:
+    """Reap expired claims, then apply retention, one relay at a time.
+
+    The advisory lock lasts one round, one transaction: a relay that hangs (a stopped process,
+    a frozen VM) must not keep the others from reaping the rows it holds.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        reaper: Reaper,
+        retention: Retention | None,
+        interval: float,
+        stopping: asyncio.Event,
+        on_reaped: Callable[[], None],
+    ) -> None:
+        self._connection = Connection(url, "maintenance", stopping, prepare=False)
+        self._reaper = reaper
+        self._retention = retention
+        # An expired claim waits at most half a lease more, whatever the reap interval.
+        self._interval = min(interval, reaper.lease_seconds / 2)
+        self._on_reaped = on_reaped
+
+    async def run_once(self) -> dict[str, int] | None:
+        """One round; None if another relay holds the lock (it does the round)."""
+        conn = await self._connection.get()
+        # A round takes well under a second; one that sits idle much longer inside its
+        # transaction belongs to a hung relay, and the server ends it.
+        idle_limit = max(2.0, min(30.0, self._interval))
+        try:
+            reaped: dict[str, int] | None = None
+            async with conn.transaction():
+                if await queries.try_maintenance_lock(
+                    conn, schema=self._reaper.schema, idle_seconds=idle_limit
+                ):
+                    reaped = await self._reaper.run_once(conn)
+            if reaped is None:
+                return None
+            if any(reaped.values()):
+                log.warning("reaper: expired claims %s", reaped)
+                self._on_reaped()
+            if self._retention is not None:
+                # After the round, in short transactions of its own.
+                pruned = await self._retention.run_once(conn)
+                if any(pruned.values()):
+                    log.info("retention: deleted %s", pruned)
+        except DB_LOST as err:
+            self._connection.lost(err, conn)
+            raise
+        return reaped
+
+    async def run(self) -> None:
+        """Rounds every interval until cancelled; a failed round does not end the loop."""
+        try:
+            while True:
+                try:
+                    await self.run_once()
+                except DB_LOST:
+                    pass  # reconnects at the next round
+                except Exception:  # the reaper must outlive any one bad round
+                    log.exception(
+                        "maintenance round failed; trying again in %.0f s", self._interval
+                    )
+                await asyncio.sleep(self._interval)
+        finally:
+            await self._connection.close()

@@ -1,0 +1,297 @@
+"""The send pool: claimed rows wait for a send slot and the rate limits, are sent, and their
+outcome (classified in one place, ``outbox.classify``) goes to the completer."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+from outbox import queries
+from outbox.classify import Failure, FailureKind, MalformedPayload, classify
+from outbox.errors import TelegramUnauthorized
+from outbox.ratelimit import Booking, RateLimiter
+from outbox.relay.completer import Completer
+from outbox.relay.flood import FloodControl
+from outbox.relay.summary import RunSummary
+from outbox.retry import RetryPolicy, decide
+from outbox.states import State
+from outbox.telegram import Sender, SentMessage, send_message_args
+
+__all__ = ["SendPool"]
+
+log = logging.getLogger("outbox.relay")
+
+# A claimed row that waited longer than this (for a send slot or a rate limit) is checked
+# before sending: the app may have withdrawn it meanwhile (outbox.cancel).
+RECHECK_AFTER = 0.05
+
+_CUT_OFF = Failure(
+    FailureKind.TRANSIENT,
+    "relay stopped while sending; the message may have been delivered",
+    maybe_delivered=True,
+)
+
+
+class SendPool:
+    """At most ``concurrency`` sends at once; each keeps its slot until its outcome is written."""
+
+    def __init__(
+        self,
+        sender: Sender,
+        *,
+        concurrency: int,
+        max_chat_hold: float,
+        retry: RetryPolicy,
+        limiter: RateLimiter,
+        flood: FloodControl,
+        completer: Completer,
+        still_claimed: Callable[[queries.ClaimedRow], Awaitable[bool]],
+        stopping: asyncio.Event,
+        total: RunSummary,
+        on_unauthorized: Callable[[TelegramUnauthorized], None],
+        on_finished: Callable[[], None] = lambda: None,
+    ) -> None:
+        self._sender = sender
+        self._max_chat_hold = max_chat_hold
+        self._retry = retry
+        self._limiter = limiter
+        self._flood = flood
+        self._completer = completer
+        self._still_claimed = still_claimed
+        self._stopping = stopping
+        self._total = total
+        self._on_unauthorized = on_unauthorized
+        self._on_finished = on_finished
+        self._slots = asyncio.Semaphore(concurrency)
+        self._tasks: set[asyncio.Task[None]] = set()
+        # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
+        self._sending: set[int] = set()
+        self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
+        self._deferred_until = 0.0  # loop time when the last row handed back is due
+
+    @property
+    def in_flight(self) -> int:
+        """Claimed rows held: waiting for a slot, sending, or waiting for their write."""
+        return len(self._tasks)
+
+    @property
+    def deferred_until(self) -> float:
+        """When the last row this pool handed back for a busy chat falls due (loop time)."""
+        return self._deferred_until
+
+    def start(self, rows: list[queries.ClaimedRow], claimed_at: float) -> None:
+        """Take claimed rows on; each goes as soon as a slot and the rate limits allow."""
+        for row in rows:
+            task = asyncio.create_task(self.process(row, claimed_at))
+            self._tasks.add(task)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._tasks.discard(task)
+        self._on_finished()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("send task failed", exc_info=task.exception())
+
+    async def finish(self, grace: float, hurry: asyncio.Event) -> None:
+        """Let the sends in flight end within ``grace`` seconds (or until ``hurry`` is set);
+        cut off the rest. Rows not yet sent go back to the queue untouched."""
+        if self._tasks:
+            all_done = asyncio.ensure_future(asyncio.wait(set(self._tasks)))
+            hurried = asyncio.ensure_future(hurry.wait())
+            await asyncio.wait(
+                {all_done, hurried}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
+            )
+            all_done.cancel()
+            hurried.cancel()
+        still_running = set(self._tasks)
+        for task in still_running:
+            task.cancel()
+        await asyncio.gather(*still_running, return_exceptions=True)
+
+    # --- one row -------------------------------------------------------------------------------
+
+    async def process(self, row: queries.ClaimedRow, claimed_at: float) -> None:
+        """Send one claimed row and record its outcome; return once the outcome is written."""
+        try:
+            await self._slots.acquire()
+        except asyncio.CancelledError:
+            self._release(row)  # never started: back to the queue untouched
+            raise
+        try:
+            await self._deliver(row, claimed_at)
+        except Exception as err:  # a bug must not strand the row until the lease
+            log.exception("outbox %s: unexpected error while delivering", row.id, extra=_about(row))
+            self._fail(row, classify(err))
+        except asyncio.CancelledError:
+            if id(row) in self._sending:
+                # The grace period ran out mid-send: the request may have reached Telegram.
+                self._fail(row, _CUT_OFF)
+            else:
+                # Cut off before any request (waiting for the rate limits, checking the
+                # claim): nothing was sent, so no attempt is spent.
+                self._release(row)
+            raise
+        else:
+            await self._completer.until_written()
+        finally:
+            self._slots.release()
+            self._sending.discard(id(row))
+            if self._moved:
+                self._moved.pop(id(row), None)
+
+    async def _deliver(self, row: queries.ClaimedRow, claimed_at: float) -> None:  # noqa: PLR0911 - one exit per fate
+        if row.already_sent:
+            self._total.already_sent += 1
+            self._completer.record(queries.Outcome.for_row(row, State.DONE))
+            return
+        try:
+            args = send_message_args(row.payload)
+        except MalformedPayload as err:
+            self._fail(row, classify(err))
+            return
+        loop = asyncio.get_running_loop()
+        while True:
+            chat_id = args["chat_id"]
+            # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
+            now = loop.time()
+            if self._limiter.plan(chat_id, now) > self._max_chat_hold:
+                delay = self._limiter.defer(chat_id, now)
+                self._deferred_until = max(self._deferred_until, now + delay)
+                self._total.deferred += 1
+                self._hand_back(row, delay)
+                return
+            booking = await self._wait_for_turn(chat_id)
+            if booking is None:
+                self._release(row)
+                return
+            if self._limiter.paused_for(loop.time()) > 0.001:
+                # Flood control began while this send waited for its turn: the slot it booked
+                # goes back, and it books a new one after the pause.
+                self._limiter.cancel(booking)
+                continue
+            stale = loop.time() - claimed_at > RECHECK_AFTER
+            if stale and not await self._still_claimed(row):
+                # The app withdrew the message (its task was completed, say) while it waited.
+                self._limiter.cancel(booking)
+                self._total.cancelled += 1
+                return
+            key = id(row)
+            self._sending.add(key)
+            try:
+                sent = await self._sender.send(args)
+            except Exception as err:  # noqa: BLE001 - every failure is classified in one place
+                failure = classify(err)
+                moved_to = failure.new_chat_id
+                if failure.kind is FailureKind.MIGRATED and moved_to and key not in self._moved:
+                    self._moved[key] = args["chat_id"] = moved_to
+                    log.info(
+                        "outbox %s: %s; resending",
+                        row.id,
+                        failure.reason,
+                        extra=_about(row, moved_to),
+                    )
+                    self._sending.discard(key)
+                    continue
+                self._handle_failure(row, failure)
+                return
+            self._mark_sent(row, sent)
+            return
+
+    async def _wait_for_turn(self, chat_id: int | str) -> Booking | None:
+        """Book a slot with the rate limits and wait for it; None if the relay is stopping."""
+        if self._stopping.is_set():
+            return None
+        loop = asyncio.get_running_loop()
+        booking = self._limiter.book(chat_id, loop.time())
+        delay = booking.start - loop.time()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+        if self._stopping.is_set():
+            self._limiter.cancel(booking)
+            return None
+        return booking
+
+    # --- outcomes ------------------------------------------------------------------------------
+
+    def _mark_sent(self, row: queries.ClaimedRow, sent: SentMessage) -> None:
+        self._total.sent += 1
+        self._completer.record(
+            queries.Outcome.for_row(
+                row,
+                State.DONE,
+                key=row.key,
+                chat_id=sent.chat_id,
+                message_id=sent.message_id,
+                new_chat_id=self._moved.get(id(row)),
+            )
+        )
+
+    def _handle_failure(self, row: queries.ClaimedRow, failure: Failure) -> None:
+        if failure.kind is FailureKind.UNAUTHORIZED:
+            # Not the message's fault: hand it back untouched and stop the relay.
+            self._release(row)
+            self._on_unauthorized(
+                TelegramUnauthorized(
+                    "Telegram rejected the bot token (check TELEGRAM_BOT_TOKEN); relay stopped"
+                )
+            )
+            return
+        if failure.retry_after:
+            # Flood control is per bot: every send of this bot waits, not only this row, and
+            # so do the other relays (told with the next write).
+            self._flood.flooded(failure.retry_after, asyncio.get_running_loop().time())
+        self._fail(row, failure)
+
+    def _fail(self, row: queries.ClaimedRow, failure: Failure) -> None:
+        decision = decide(self._retry, row.attempts, failure)
+        about = _about(row)
+        if decision.state is State.FAILED:
+            self._total.failed += 1
+            log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
+        else:
+            self._total.retried += 1
+            log.info(
+                "outbox %s retry in %.1f s: %s",
+                row.id,
+                decision.delay_seconds,
+                decision.error,
+                extra=about,
+            )
+        self._completer.record(
+            queries.Outcome.for_row(
+                row,
+                decision.state,
+                delay_seconds=decision.delay_seconds,
+                error=decision.error,
+                # A group that moved stays moved, whatever happened to the resend.
+                new_chat_id=self._moved.get(id(row)),
+            )
+        )
+
+    def _release(self, row: queries.ClaimedRow) -> None:
+        """Back to the queue unsent, due now (shutdown, rejected token)."""
+        self._total.released += 1
+        self._hand_back(row, 0.0)
+
+    def _hand_back(self, row: queries.ClaimedRow, delay: float) -> None:
+        """Back to the queue without spending an attempt."""
+        self._completer.record(
+            queries.Outcome.for_row(
+                row,
+                State.PENDING,
+                delay_seconds=delay,
+                refund_attempt=True,
+                new_chat_id=self._moved.get(id(row)),
+            )
+        )
+
+
+def _about(row: queries.ClaimedRow, chat_id: object = None) -> dict[str, object]:
+    """The fields of a log line about one message (JSON logs carry them as keys)."""
+    if chat_id is None and isinstance(row.payload, dict):
+        # A malformed payload may be any JSON value, not an object.
+        chat_id = row.payload.get("chat_id")
+    return {"outbox_id": row.id, "key": row.key, "chat_id": chat_id}
