@@ -160,6 +160,8 @@ class Relay:
 
     async def run(self, *, drain: bool = False) -> RunSummary:
         """Relay until stopped (or, with ``drain``, until nothing is due and nothing in flight)."""
+        if self._stopping.is_set():  # stopped while it waited to start: nothing was claimed
+            return self._total.copy()
         writer = asyncio.create_task(self.completer.run(), name="outbox-completer")
         writer.add_done_callback(self._writer_ended)
         helpers: list[asyncio.Task[None]] = []

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outbox import queries
+from outbox.errors import OutboxError
 from outbox.queries import AsyncConn
 from outbox.relay.connection import DB_LOST, Connection
 
@@ -122,6 +123,8 @@ class Maintenance:
                     await self.run_once()
                 except DB_LOST:
                     pass  # reconnects at the next round
+                except OutboxError as err:  # the database cannot be reached (said in one line)
+                    log.warning("maintenance round skipped: %s", err)
                 except Exception:  # the reaper must outlive any one bad round
                     log.exception(
                         "maintenance round failed; trying again in %.0f s", self._interval
