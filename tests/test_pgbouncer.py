@@ -231,6 +231,18 @@ def test_operator_commands_work_through_pgbouncer(
         assert replayed["replayed"] == failed, replayed
         listed = json.loads(outbox(url, "list", "--json", cwd=tmp_path).stdout)
         assert len(listed) == 8
+        with direct.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE outbox SET holat = 'bajarilmoqda', urinish = 1, "
+                "band_vaqti = now() - interval '1 hour' WHERE kalit = 'k3'"
+            )
+            conn.exec_driver_sql("UPDATE outbox SET holat = 'bajarildi' WHERE kalit = 'k4'")
+        assert (
+            "reaped: 1 back to kutmoqda"
+            in outbox(url, "reap", "--lease", "1m", cwd=tmp_path).stdout
+        )
+        pruned = outbox(url, "prune", "--older-than", "0s", cwd=tmp_path).stdout
+        assert "pruned 1 bajarildi rows" in pruned
         assert advisory_locks(direct) == 0
     finally:
         direct.dispose()
