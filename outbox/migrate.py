@@ -174,6 +174,9 @@ def run_migrations(*, version_table: str, own_schema: bool) -> None:
 
     ``own_schema``: the version table lives in the outbox's schema (else the search path's).
     One migrator at a time: two relays' start-up jobs may run ``outbox migrate`` together.
+    The lock and every revision share one transaction (all or nothing): behind PgBouncer in
+    transaction pooling, a lock held across transactions would stay behind in a pooled server
+    connection, keeping the next migrator waiting and letting another one through.
     """
     url = context.config.get_main_option("sqlalchemy.url")
     if url is None:
@@ -181,22 +184,19 @@ def run_migrations(*, version_table: str, own_schema: bool) -> None:
     schema = target_schema()
     engine = create_engine(url)
     try:
-        with engine.connect() as connection:
+        with engine.begin() as connection:
             lock = maintenance_lock_key(f"migrate:{schema}")
-            connection.execute(sa.text("SELECT pg_advisory_lock(:key)"), {"key": lock})
+            connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock})
             if own_schema:
                 connection.execute(sa.text(create_schema_sql(schema)))
-            connection.commit()
+            # Alembic runs inside the caller's transaction and leaves the commit to it.
             context.configure(
                 connection=connection,
                 version_table=version_table,
                 version_table_schema=schema if own_schema else None,
-                transaction_per_migration=True,
             )
             with context.begin_transaction():
                 context.run_migrations()
-            connection.execute(sa.text("SELECT pg_advisory_unlock(:key)"), {"key": lock})
-            connection.commit()
     finally:
         engine.dispose()
 

@@ -1,0 +1,336 @@
+"""Relays and operator commands behind a real PgBouncer in transaction pooling mode.
+
+``--poll-only`` is the PgBouncer mode: no LISTEN, no server-side prepared statements, and
+every lock the relay relies on lasts one transaction. These tests run it through the
+distribution's pgbouncer (tests/pgbouncer.py); without it they skip and say so.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import re
+import subprocess
+import sys
+import threading
+from collections import Counter
+from collections.abc import Iterator
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+from alembic.runtime.migration import MigrationContext
+
+from outbox import migrate
+from outbox.fake_telegram import FakeTelegram
+from tests import pgbouncer
+from tests.pgbouncer import PgBouncer
+from tests.support import (
+    RelayProcess,
+    Relays,
+    enqueue_numbered,
+    insert_raw,
+    relay_env,
+    row,
+    wait_until,
+)
+
+
+@pytest.fixture
+def bouncer(server_url: str) -> Iterator[PgBouncer]:
+    with PgBouncer.running(server_url) as running:
+        yield running
+
+
+def poll_only(bouncer: PgBouncer, db_url: str, fake: FakeTelegram, tmp_path: Path) -> Relays:
+    """Relay processes that reach the database only through PgBouncer."""
+    return Relays(
+        {**relay_env(bouncer.url(db_url), fake.api_url), "OUTBOX_POLL_ONLY": "1"}, tmp_path
+    )
+
+
+def outbox(url: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    """An ``outbox`` command in a process of its own; a non-zero exit fails the test."""
+    env = relay_env(url, "http://127.0.0.1:1")
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox.cli", *args],
+        env=env,
+        check=False,
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 0, f"outbox {' '.join(args)}: {done.returncode}\n{done.stderr}"
+    return done
+
+
+def advisory_locks(engine: sa.Engine) -> int:
+    with engine.begin() as conn:
+        return int(
+            conn.exec_driver_sql(
+                "SELECT count(*) FROM pg_locks WHERE locktype = 'advisory'"
+            ).scalar_one()
+        )
+
+
+def connected(relay: RelayProcess) -> bool:
+    return "claim connection to the database is up" in relay.stderr
+
+
+def states(engine: sa.Engine) -> dict[str, int]:
+    with engine.begin() as conn:
+        found = conn.exec_driver_sql("SELECT holat, count(*) FROM outbox GROUP BY holat").all()
+    return {state: int(count) for state, count in found}
+
+
+def test_the_pgbouncer_runs_transaction_pooling(bouncer: PgBouncer, db_url: str) -> None:
+    url = bouncer.url(db_url)
+    with (
+        psycopg.connect(url, autocommit=True, prepare_threshold=None) as mine,
+        psycopg.connect(url, autocommit=True, prepare_threshold=None) as other,
+    ):
+        [(first,)] = mine.execute("SELECT pg_backend_pid()").fetchall()
+        # The other client's transaction takes the only idle server connection, the one this
+        # client used a moment ago; in session pooling this client would still own it.
+        with other.transaction():
+            [(taken,)] = other.execute("SELECT pg_backend_pid()").fetchall()
+            [(second,)] = mine.execute("SELECT pg_backend_pid()").fetchall()
+    assert taken == first
+    assert second != first
+    pools = [p for p in bouncer.admin("SHOW POOLS") if p["database"] == url.rsplit("/", 1)[1]]
+    assert [p["pool_mode"] for p in pools] == ["transaction"]
+
+
+def test_two_poll_only_relays_deliver_every_message_once(
+    engine: sa.Engine, db_url: str, bouncer: PgBouncer, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    n, first_chat = 400, 50_000
+    fake_telegram.latency = 0.02
+    # Small batches and no claim-ahead, so that neither relay takes the whole queue at once.
+    settings = {"OUTBOX_BATCH_SIZE": "8", "OUTBOX_CLAIM_AHEAD": "0", "OUTBOX_CONCURRENCY": "4"}
+    with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
+        started = [relays.start(**settings) for _ in range(2)]
+        for relay in started:
+            wait_until(
+                partial(connected, relay),
+                30,
+                f"{relay.name} to connect through pgbouncer",
+                explain=relays.describe,
+            )
+        enqueue_numbered(engine, n, first_chat=first_chat)
+        wait_until(
+            lambda: fake_telegram.count() >= n, 60, f"{n} deliveries", explain=relays.describe
+        )
+        wait_until(lambda: states(engine) == {"bajarildi": n}, 30, "every row done")
+        exits = [relay.stop() for relay in started]
+        assert exits == [0, 0], relays.describe()
+        sent = [
+            int(re.findall(r"relay stopped: (\d+) sent", r.stderr + r.stdout)[-1]) for r in started
+        ]
+        logs = relays.describe()
+    chats = Counter(d.chat_id for d in fake_telegram.delivered)
+    assert sorted(chats) == list(range(first_chat, first_chat + n))
+    assert set(chats.values()) == {1}
+    assert sum(sent) == n and min(sent) > 0, sent  # both relays took part
+    assert "Traceback" not in logs and "prepared statement" not in logs, logs
+
+
+def test_the_reaper_returns_an_expired_claim_through_pgbouncer(
+    engine: sa.Engine, db_url: str, bouncer: PgBouncer, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    with engine.begin() as conn:
+        insert_raw(conn, "abandoned", {"chat_id": 7, "text": "left behind"})
+        conn.exec_driver_sql(
+            "UPDATE outbox SET holat = 'bajarilmoqda', urinish = 1, "
+            "band_vaqti = now() - interval '1 hour' WHERE kalit = 'abandoned'"
+        )
+    # The lease must cover a send: the Telegram timeout plus the grace.
+    settings = {"OUTBOX_LEASE": "3s", "OUTBOX_TELEGRAM_TIMEOUT": "1s", "OUTBOX_GRACE": "1s"}
+    with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
+        relay = relays.start(**settings)
+        wait_until(
+            lambda: row(engine, "abandoned")["holat"] == "bajarildi",
+            30,
+            "the abandoned row to be reaped and sent",
+            explain=relays.describe,
+        )
+        assert relay.stop() == 0, relays.describe()
+    assert "reaper: expired claims {'kutmoqda': 1, 'xato': 0}" in relay.stderr
+    assert [d.chat_id for d in fake_telegram.delivered] == [7]
+    assert row(engine, "abandoned")["urinish"] == 2
+    assert advisory_locks(engine) == 0  # the maintenance lock ended with its transaction
+
+
+def test_retention_deletes_old_done_rows_through_pgbouncer(
+    engine: sa.Engine, db_url: str, bouncer: PgBouncer, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    with engine.begin() as conn:
+        for key, age_days in (("old", 8), ("recent", 1)):
+            insert_raw(conn, key, {"chat_id": 1, "text": key})
+            conn.exec_driver_sql(
+                "UPDATE outbox SET holat = 'bajarildi', "
+                "yangilangan = now() - make_interval(days => %(d)s) WHERE kalit = %(k)s",
+                {"d": age_days, "k": key},
+            )
+        insert_raw(conn, "failed-long-ago", {"chat_id": 1, "text": "x"})
+        conn.exec_driver_sql(
+            "UPDATE outbox SET holat = 'xato', yangilangan = now() - interval '90 days' "
+            "WHERE kalit = 'failed-long-ago'"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO yuborilgan (kalit, chat_id, message_id, yuborilgan_vaqt) VALUES "
+            "('old', 1, 1, now() - interval '31 days'), ('recent', 1, 2, now())"
+        )
+
+    def kept() -> tuple[list[str], list[str]]:
+        with engine.begin() as conn:
+            rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars()
+            markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars()
+            return list(rows), list(markers)
+
+    with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
+        relay = relays.start()
+        # The first maintenance round runs at start; the old marker goes last.
+        wait_until(lambda: kept()[1] == ["recent"], 30, "retention", explain=relays.describe)
+        assert relay.stop() == 0, relays.describe()
+    assert kept() == (["failed-long-ago", "recent"], ["recent"])
+    assert fake_telegram.count() == 0
+
+
+def test_operator_commands_work_through_pgbouncer(
+    server_url: str, empty_db_url: str, bouncer: PgBouncer, tmp_path: Path
+) -> None:
+    url = bouncer.url(empty_db_url)
+    assert "up to date" in outbox(url, "migrate", cwd=tmp_path).stdout
+    direct = sa.create_engine("postgresql+psycopg://" + empty_db_url.removeprefix("postgresql://"))
+    try:
+        # The migrators' lock must not outlive the command in a pooled server connection,
+        # where it would keep the next `outbox migrate` waiting.
+        assert advisory_locks(direct) == 0
+        outbox(url, "migrate", cwd=tmp_path)  # a second run: nothing to do, and no wait
+        with direct.begin() as conn:
+            for i in range(8):
+                insert_raw(conn, f"k{i}", {"chat_id": i, "text": "x"})
+            conn.exec_driver_sql(
+                "UPDATE outbox SET holat = 'xato', urinish = 3 WHERE kalit IN ('k0', 'k1', 'k2')"
+            )
+            failed = (
+                conn.exec_driver_sql("SELECT id FROM outbox WHERE holat = 'xato' ORDER BY id")
+                .scalars()
+                .all()
+            )
+        status = json.loads(outbox(url, "status", "--json", cwd=tmp_path).stdout)
+        assert status["holat"]["xato"] == 3 and status["holat"]["kutmoqda"] == 5
+        replayed = json.loads(
+            outbox(url, "replay", *map(str, failed), "--json", cwd=tmp_path).stdout
+        )
+        assert replayed["replayed"] == failed, replayed
+        listed = json.loads(outbox(url, "list", "--json", cwd=tmp_path).stdout)
+        assert len(listed) == 8
+        with direct.begin() as conn:
+            conn.exec_driver_sql(
+                "UPDATE outbox SET holat = 'bajarilmoqda', urinish = 1, "
+                "band_vaqti = now() - interval '1 hour' WHERE kalit = 'k3'"
+            )
+            conn.exec_driver_sql("UPDATE outbox SET holat = 'bajarildi' WHERE kalit = 'k4'")
+        assert (
+            "reaped: 1 back to kutmoqda"
+            in outbox(url, "reap", "--lease", "1m", cwd=tmp_path).stdout
+        )
+        pruned = outbox(url, "prune", "--older-than", "0s", cwd=tmp_path).stdout
+        assert "pruned 1 bajarildi rows" in pruned
+        assert advisory_locks(direct) == 0
+    finally:
+        direct.dispose()
+
+
+@contextlib.contextmanager
+def busy_neighbours(url: str, n: int = 3) -> Iterator[None]:
+    """Other clients of the pool in short transactions back to back, as relays are: a client's
+    next transaction may get another server connection than its last."""
+    stop = threading.Event()
+
+    def work() -> None:
+        with psycopg.connect(url, autocommit=True, prepare_threshold=None) as conn:
+            while not stop.is_set():
+                with conn.transaction():
+                    conn.execute("SELECT pg_sleep(0.002)")
+
+    threads = [threading.Thread(target=work) for _ in range(n)]
+    for thread in threads:
+        thread.start()
+    try:
+        yield
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join()
+
+
+def test_two_migrators_at_once_through_pgbouncer_migrate_once_and_leave_no_lock(
+    empty_db_url: str, bouncer: PgBouncer, tmp_path: Path
+) -> None:
+    url = bouncer.url(empty_db_url)
+    env = relay_env(url, "http://127.0.0.1:1")
+    argv = [sys.executable, "-m", "outbox.cli", "migrate"]
+    with busy_neighbours(url):
+        migrators = [
+            subprocess.Popen(
+                argv,
+                env=env,
+                cwd=tmp_path,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for _ in range(2)
+        ]
+        outputs = [m.communicate(timeout=60) for m in migrators]
+    assert [m.returncode for m in migrators] == [0, 0], outputs
+    direct = sa.create_engine("postgresql+psycopg://" + empty_db_url.removeprefix("postgresql://"))
+    try:
+        # A lock held across transactions would stay behind in a pooled server connection.
+        assert advisory_locks(direct) == 0
+    finally:
+        direct.dispose()
+    assert "up to date" in outbox(url, "migrate", cwd=tmp_path).stdout
+
+
+def test_migrate_leaves_no_lock_in_a_pooled_server_connection(
+    empty_db_url: str, bouncer: PgBouncer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    url = bouncer.url(empty_db_url)
+    neighbour = psycopg.connect(url, prepare_threshold=None)
+    run_migrations = MigrationContext.run_migrations
+
+    def with_a_neighbour(self: MigrationContext, **kw: Any) -> None:
+        # Between the migrator's lock and its revisions, another client's transaction takes
+        # the server connection the migrator used last (the only idle one).
+        neighbour.execute("SELECT 1")
+        run_migrations(self, **kw)
+
+    monkeypatch.setattr(MigrationContext, "run_migrations", with_a_neighbour)
+    try:
+        migrate.upgrade(url)
+        neighbour.commit()
+        direct = sa.create_engine(
+            "postgresql+psycopg://" + empty_db_url.removeprefix("postgresql://")
+        )
+        try:
+            assert advisory_locks(direct) == 0
+        finally:
+            direct.dispose()
+    finally:
+        neighbour.close()
+
+
+def test_without_pgbouncer_the_tests_skip_and_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("tests.pgbouncer.shutil.which", lambda _name: None)
+    monkeypatch.setattr("tests.pgbouncer.os.access", lambda _path, _mode: False)
+    with pytest.raises(pytest.skip.Exception, match=re.escape(pgbouncer.NOT_INSTALLED)):
+        pgbouncer.require_pgbouncer()
+    assert pgbouncer.NOT_INSTALLED == "pgbouncer not installed (apt-get install pgbouncer)"
