@@ -171,14 +171,13 @@ def _database_url(args: argparse.Namespace) -> str:
 
 
 def _add_json(parser: _Parser) -> None:
-    parser.add(
+    # A plain switch: with an optional value, `replay --json 1 2` would read the id 1 as "true".
+    raw = os.environ.get("OUTBOX_JSON", "")
+    parser.add_argument(
         "--json",
-        env="OUTBOX_JSON",
-        default=False,
-        convert=_flag_bool,
-        nargs="?",
-        const=True,
-        help="print JSON instead of a table",
+        action="store_true",
+        default=_FromEnv("OUTBOX_JSON", raw, _flag_bool) if raw else False,
+        help="print JSON instead of a table [env: OUTBOX_JSON]",
     )
 
 

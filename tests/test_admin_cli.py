@@ -177,3 +177,11 @@ def test_replay_while_relays_run_is_delivered_exactly_once(
     err = capsys.readouterr().err
     assert f"message {sent} not replayed: it was already sent" in err
     assert f"message {failed} not replayed: it is bajarildi, not xato" in err
+
+
+def test_json_is_a_switch_that_takes_no_id_as_its_value() -> None:
+    from outbox.cli import build_parser
+
+    args = build_parser().parse_args(["replay", "--json", "1", "2"])
+    assert (args.json, args.ids) == (True, [1, 2])
+    assert build_parser().parse_args(["list"]).json is False
