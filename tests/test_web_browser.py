@@ -60,11 +60,19 @@ def browser() -> Iterator[Any]:
 
 
 def _wait(driver: Any, condition: Any, what: str) -> Any:
-    from selenium.common.exceptions import TimeoutException
+    from selenium.common.exceptions import (
+        NoSuchElementException,
+        StaleElementReferenceException,
+        TimeoutException,
+    )
     from selenium.webdriver.support.ui import WebDriverWait
 
+    # While a click loads the next page, an element read from the old one goes stale: look again.
+    ignored = (NoSuchElementException, StaleElementReferenceException)
     try:
-        return WebDriverWait(driver, WAIT, poll_frequency=0.1).until(condition)
+        return WebDriverWait(driver, WAIT, poll_frequency=0.1, ignored_exceptions=ignored).until(
+            condition
+        )
     except TimeoutException:
         raise AssertionError(
             f"timed out waiting for {what}; the page shows:\n{_text(driver)}"
