@@ -29,9 +29,9 @@ def test_task_completed_while_its_reminder_is_claimed_is_not_reminded(
         second = service.create_task(session, user_id=user.id, title="Ikkinchi", due=due).task.id
 
     async def scenario() -> int:
-        # One message per second to a private chat: the second reminder is claimed and then
-        # waits for its chat, which is the moment the user completes the task.
-        limits = RateLimits(per_bot=0, per_chat=1.0)
+        # One message per second for the bot: the second reminder is claimed and then waits
+        # for its send slot, which is the moment the user completes the task.
+        limits = RateLimits(per_bot=1.0, per_chat=0)
         config = RelayConfig(database_url=db_url, rate_limits=limits)
         sender = TelegramSender(TEST_TOKEN, api_url=fake_telegram.api_url)
         async with Relay(config, sender) as relay:
