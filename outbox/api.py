@@ -180,10 +180,17 @@ async def update_pending_async(
 
 
 def queue_status(
-    conn: SyncConn, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, schema: str | None = None
+    conn: SyncConn,
+    *,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    schema: str | None = None,
+    queue: str | None = None,
 ) -> QueueStatus:
-    """Rows per state, the age of the oldest due row, and claims older than the lease."""
-    return queries.queue_status(conn, schema=resolve_schema(schema), lease_seconds=lease_seconds)
+    """Rows per state, the age of the oldest due row, and claims older than the lease; of
+    every queue, or of ``queue``."""
+    return queries.queue_status(
+        conn, schema=resolve_schema(schema), lease_seconds=lease_seconds, queue=queue
+    )
 
 
 def failed_messages(
@@ -213,10 +220,11 @@ def list_messages(
     kind: str | None = None,
     limit: int = 50,
     schema: str | None = None,
+    queue: str | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat) and/or kind (tur)."""
+    """Messages newest first, optionally of one state (holat), kind (tur) and/or queue."""
     return queries.list_messages(
-        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit
+        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit, queue=queue
     )
 
 
@@ -233,10 +241,11 @@ def replay(
     kind: str | None = None,
     failed_within_seconds: float | None = None,
     schema: str | None = None,
+    queue: str | None = None,
 ) -> list[ReplayResult]:
     """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
 
-    ``ids``, or with ``ids=None`` every failed message matching ``kind`` and
+    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue`` and
     ``failed_within_seconds``. A message whose key already has a sent marker is refused
     (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless ``force``.
     """
@@ -247,4 +256,5 @@ def replay(
         force=force,
         kind=kind,
         failed_within_seconds=failed_within_seconds,
+        queue=queue,
     )

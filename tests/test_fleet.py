@@ -5,7 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
+import os
 import signal
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -217,3 +221,41 @@ def test_the_lessons_plain_insert_lands_in_the_default_queue(engine: sa.Engine) 
             sa.text('INSERT INTO outbox (payload) VALUES (\'{"chat_id": 1, "text": "a"}\')')
         )
         assert conn.execute(sa.text("SELECT navbat FROM outbox")).scalar_one() == "default"
+
+
+def test_status_list_and_replay_take_a_queue(engine: sa.Engine, db_url: str) -> None:
+    from outbox import api
+
+    with engine.begin() as conn:
+        for queue in ("bot1", "bot2"):
+            for n in range(2):
+                enqueue(conn, key=f"{queue}-{n}", payload=text(9000 + n), queue=queue)
+        conn.execute(sa.text("UPDATE outbox SET holat = 'xato' WHERE kalit LIKE '%-1'"))
+    with engine.begin() as conn:
+        status = api.queue_status(conn, queue="bot1")
+        assert (status.counts["kutmoqda"], status.counts["xato"]) == (1, 1)
+        assert api.queue_status(conn).counts["xato"] == 2
+        listed = api.list_messages(conn, queue="bot2")
+        assert {m.key for m in listed} == {"bot2-0", "bot2-1"}
+        replayed = api.replay(conn, None, queue="bot1")
+        assert [r.replayed for r in replayed] == [True]
+    assert row(engine, "bot1-1")["holat"] == "kutmoqda"
+    assert row(engine, "bot2-1")["holat"] == "xato"
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox.cli", "status", "--queue", "bot2", "--json"],
+        env={**os.environ, "OUTBOX_DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(done.stdout)["holat"]["xato"] == 1, done.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "outbox.cli", "list", "--queue", "no way"],
+        env={**os.environ, "OUTBOX_DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr

@@ -38,6 +38,12 @@ def upgrade() -> None:
         f"ALTER TABLE {s}.outbox ADD CONSTRAINT outbox_navbat_name "
         "CHECK (navbat ~ '^[A-Za-z0-9_.-]{1,64}$')"
     )
+    # The claim walks one queue's due rows in order (the planner cannot know how many rows a
+    # queue holds, so without this it may sort every pending row on each claim).
+    op.execute(
+        f"CREATE INDEX outbox_navbat_kutmoqda_idx ON {s}.outbox (navbat, keyingi_urinish, id) "
+        "WHERE holat = 'kutmoqda'"
+    )
     op.execute(
         f"""
         CREATE TABLE {s}.navbat_holati (
@@ -64,6 +70,7 @@ def downgrade() -> None:
     s = f'"{target_schema()}"'
     op.execute(f"DROP TABLE {s}.chat_navbati")
     op.execute(f"DROP TABLE {s}.navbat_holati")
+    op.execute(f"DROP INDEX {s}.outbox_navbat_kutmoqda_idx")
     op.execute(f"ALTER TABLE {s}.outbox DROP CONSTRAINT outbox_navbat_name")
     op.execute(f"ALTER TABLE {s}.outbox DROP COLUMN navbat")
     op.execute(revision_comment(down_revision))
