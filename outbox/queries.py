@@ -57,6 +57,7 @@ __all__ = [
     "ensure_queues",
     "failed_kinds",
     "finished_per_minute",
+    "forget_idle_chats",
     "get_message",
     "list_messages",
     "prune",
@@ -604,6 +605,17 @@ async def queue_timing(
     # A pause written by the outbox's own code is believed up to the cap.
     paused = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
     return QueueTiming(None if due is None else float(due), paused, bool(due_now))
+
+
+# Chats whose next free moment is long past are forgotten (run with the reaper, every minute):
+# the table holds the chats of the last minute or so, not every chat ever sent to.
+_FORGET_IDLE_CHATS = "DELETE FROM {chat_navbati} WHERE keyingi < now() - interval '1 minute'"
+
+
+async def forget_idle_chats(conn: AsyncConn, *, schema: str) -> int:
+    """Delete the chat rows no claim needs any more; return how many."""
+    cursor = await conn.execute(_sql(_FORGET_IDLE_CHATS, schema))
+    return cursor.rowcount
 
 
 # --- maintenance ---------------------------------------------------------------------------------

@@ -259,3 +259,24 @@ def test_status_list_and_replay_take_a_queue(engine: sa.Engine, db_url: str) -> 
         check=False,
     )
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_the_reaper_forgets_chats_idle_for_a_minute(engine: sa.Engine, db_url: str) -> None:
+    from outbox.relay.maintenance import Reaper
+
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO chat_navbati (navbat, chat, keyingi) VALUES "
+                "('default', '1', now() - interval '2 minutes'), ('default', '2', now())"
+            )
+        )
+
+    async def reap() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await Reaper(schema="public", lease_seconds=300, max_attempts=3).run_once(conn)
+
+    asyncio.run(reap())
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("SELECT chat FROM chat_navbati")).scalars().all()
+    assert left == ["2"]
