@@ -14,10 +14,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from outbox import queries
-from outbox.errors import ConfigError, InvalidInput, InvalidPayload
+from outbox.errors import InvalidInput, InvalidPayload
 from outbox.payload import MalformedPayload, send_message_args
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
-from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
+from outbox.schema import resolve_schema
 
 if TYPE_CHECKING:
     from outbox.queries import AsyncAppConn
@@ -57,18 +57,8 @@ def _checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _enqueue_steps(
-    *,
-    key: str,
-    payload: Mapping[str, Any],
-    kind: str,
-    run_at: datetime | None,
-    schema: str | None,
-    queue: str,
+    *, key: str, payload: Mapping[str, Any], kind: str, run_at: datetime | None, schema: str | None
 ) -> queries.Steps:
-    try:
-        validate_queue(queue)
-    except ConfigError as err:
-        raise InvalidInput(str(err)) from None
     if not key:
         raise InvalidInput("an outbox message needs a non-empty key")
     if run_at is not None and run_at.tzinfo is None:
@@ -79,7 +69,6 @@ def _enqueue_steps(
         key=key,
         payload=_checked_payload(payload),
         run_at=run_at,
-        queue=queue,
     )
 
 
@@ -91,7 +80,6 @@ def enqueue(
     kind: str = REMINDER,
     run_at: datetime | None = None,
     schema: str | None = None,
-    queue: str = DEFAULT_QUEUE,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -99,12 +87,9 @@ def enqueue(
     when the caller's transaction commits. ``key`` identifies the logical message: enqueueing
     the same key again returns the existing row. ``payload`` holds sendMessage's parameters
     (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
-    field). ``run_at`` (timezone-aware) delays the message; the default is now. ``queue``
-    names the bot that sends it: a relay serves the queues it is told to (``--queue``).
+    field). ``run_at`` (timezone-aware) delays the message; the default is now.
     """
-    steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
-    )
+    steps = _enqueue_steps(key=key, payload=payload, kind=kind, run_at=run_at, schema=schema)
     return Enqueued(*queries.run_sync(conn, steps))
 
 
@@ -116,12 +101,9 @@ async def enqueue_async(
     kind: str = REMINDER,
     run_at: datetime | None = None,
     schema: str | None = None,
-    queue: str = DEFAULT_QUEUE,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
-    )
+    steps = _enqueue_steps(key=key, payload=payload, kind=kind, run_at=run_at, schema=schema)
     return Enqueued(*await queries.run_async(conn, steps))
 
 
@@ -180,17 +162,10 @@ async def update_pending_async(
 
 
 def queue_status(
-    conn: SyncConn,
-    *,
-    lease_seconds: float = DEFAULT_LEASE_SECONDS,
-    schema: str | None = None,
-    queue: str | None = None,
+    conn: SyncConn, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, schema: str | None = None
 ) -> QueueStatus:
-    """Rows per state, the age of the oldest due row, and claims older than the lease; of
-    every queue, or of ``queue``."""
-    return queries.queue_status(
-        conn, schema=resolve_schema(schema), lease_seconds=lease_seconds, queue=queue
-    )
+    """Rows per state, the age of the oldest due row, and claims older than the lease."""
+    return queries.queue_status(conn, schema=resolve_schema(schema), lease_seconds=lease_seconds)
 
 
 def failed_messages(
@@ -220,11 +195,10 @@ def list_messages(
     kind: str | None = None,
     limit: int = 50,
     schema: str | None = None,
-    queue: str | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat), kind (tur) and/or queue."""
+    """Messages newest first, optionally of one state (holat) and/or kind (tur)."""
     return queries.list_messages(
-        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit, queue=queue
+        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit
     )
 
 
@@ -241,11 +215,10 @@ def replay(
     kind: str | None = None,
     failed_within_seconds: float | None = None,
     schema: str | None = None,
-    queue: str | None = None,
 ) -> list[ReplayResult]:
     """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
 
-    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue`` and
+    ``ids``, or with ``ids=None`` every failed message matching ``kind`` and
     ``failed_within_seconds``. A message whose key already has a sent marker is refused
     (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless ``force``.
     """
@@ -256,5 +229,4 @@ def replay(
         force=force,
         kind=kind,
         failed_within_seconds=failed_within_seconds,
-        queue=queue,
     )
