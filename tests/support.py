@@ -36,6 +36,7 @@ __all__ = [
     "OwnPostgres",
     "RelayProcess",
     "Relays",
+    "add_rows_for_retention",
     "backends",
     "enqueue_numbered",
     "eventually",
@@ -43,6 +44,7 @@ __all__ = [
     "make_relay",
     "relay_env",
     "row",
+    "rows_and_markers",
     "states",
     "wait_until",
 ]
@@ -369,3 +371,33 @@ def _postgres_system_user(pgdata: Path, base: Path) -> str:
     for path in (pgdata, base):
         os.chown(path, entry.pw_uid, entry.pw_gid)
     return user
+
+
+def add_rows_for_retention(engine: sa.Engine) -> None:
+    """Done rows 8 and 1 days old, a failed row 90 days old, and sent markers 31 days and
+    moments old: retention with its defaults deletes 'old' (row and marker) only."""
+    with engine.begin() as conn:
+        for key, age_days in (("old", 8), ("recent", 1)):
+            insert_raw(conn, key, {"chat_id": 1, "text": key})
+            conn.exec_driver_sql(
+                "UPDATE outbox SET holat = 'bajarildi', "
+                "yangilangan = now() - make_interval(days => %(d)s) WHERE kalit = %(k)s",
+                {"d": age_days, "k": key},
+            )
+        insert_raw(conn, "failed-long-ago", {"chat_id": 1, "text": "x"})
+        conn.exec_driver_sql(
+            "UPDATE outbox SET holat = 'xato', yangilangan = now() - interval '90 days' "
+            "WHERE kalit = 'failed-long-ago'"
+        )
+        conn.exec_driver_sql(
+            "INSERT INTO yuborilgan (kalit, chat_id, message_id, yuborilgan_vaqt) VALUES "
+            "('old', 1, 1, now() - interval '31 days'), ('recent', 1, 2, now())"
+        )
+
+
+def rows_and_markers(engine: sa.Engine) -> tuple[list[str], list[str]]:
+    """The keys of every outbox row and of every sent marker, sorted."""
+    with engine.begin() as conn:
+        rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars()
+        markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars()
+        return list(rows), list(markers)

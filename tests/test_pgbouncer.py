@@ -31,10 +31,12 @@ from tests.pgbouncer import PgBouncer
 from tests.support import (
     RelayProcess,
     Relays,
+    add_rows_for_retention,
     enqueue_numbered,
     insert_raw,
     relay_env,
     row,
+    rows_and_markers,
     wait_until,
 )
 
@@ -168,29 +170,10 @@ def test_the_reaper_returns_an_expired_claim_through_pgbouncer(
 def test_retention_deletes_old_done_rows_through_pgbouncer(
     engine: sa.Engine, db_url: str, bouncer: PgBouncer, fake_telegram: FakeTelegram, tmp_path: Path
 ) -> None:
-    with engine.begin() as conn:
-        for key, age_days in (("old", 8), ("recent", 1)):
-            insert_raw(conn, key, {"chat_id": 1, "text": key})
-            conn.exec_driver_sql(
-                "UPDATE outbox SET holat = 'bajarildi', "
-                "yangilangan = now() - make_interval(days => %(d)s) WHERE kalit = %(k)s",
-                {"d": age_days, "k": key},
-            )
-        insert_raw(conn, "failed-long-ago", {"chat_id": 1, "text": "x"})
-        conn.exec_driver_sql(
-            "UPDATE outbox SET holat = 'xato', yangilangan = now() - interval '90 days' "
-            "WHERE kalit = 'failed-long-ago'"
-        )
-        conn.exec_driver_sql(
-            "INSERT INTO yuborilgan (kalit, chat_id, message_id, yuborilgan_vaqt) VALUES "
-            "('old', 1, 1, now() - interval '31 days'), ('recent', 1, 2, now())"
-        )
+    add_rows_for_retention(engine)
 
     def kept() -> tuple[list[str], list[str]]:
-        with engine.begin() as conn:
-            rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars()
-            markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars()
-            return list(rows), list(markers)
+        return rows_and_markers(engine)
 
     with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
         relay = relays.start()

@@ -13,7 +13,14 @@ from outbox import State, enqueue
 from outbox.fake_telegram import FakeTelegram
 from outbox.ratelimit import RateLimits
 from outbox.relay import RunSummary
-from tests.support import backends, eventually, make_relay, states
+from tests.support import (
+    add_rows_for_retention,
+    backends,
+    eventually,
+    make_relay,
+    rows_and_markers,
+    states,
+)
 
 
 async def drain(db_url: str, fake: FakeTelegram, **config: object) -> RunSummary:
@@ -155,29 +162,10 @@ def test_relay_refuses_a_database_without_schema(
 def test_relay_maintenance_applies_retention(
     engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
 ) -> None:
-    with engine.begin() as conn:
-        for key, age_days in (("old", 8), ("recent", 1)):
-            enqueue(conn, key=key, payload={"chat_id": 1, "text": key})
-            conn.exec_driver_sql(
-                "UPDATE outbox SET holat = 'bajarildi', "
-                "yangilangan = now() - make_interval(days => %(d)s) WHERE kalit = %(k)s",
-                {"d": age_days, "k": key},
-            )
-        enqueue(conn, key="failed-long-ago", payload={"chat_id": 1, "text": "x"})
-        conn.exec_driver_sql(
-            "UPDATE outbox SET holat = 'xato', yangilangan = now() - interval '90 days' "
-            "WHERE kalit = 'failed-long-ago'"
-        )
-        conn.exec_driver_sql(
-            "INSERT INTO yuborilgan (kalit, chat_id, message_id, yuborilgan_vaqt) VALUES "
-            "('old', 1, 1, now() - interval '31 days'), ('recent', 1, 2, now())"
-        )
+    add_rows_for_retention(engine)
 
     def kept() -> tuple[list[str], list[str]]:
-        with engine.begin() as conn:
-            rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars()
-            markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars()
-            return list(rows), list(markers)
+        return rows_and_markers(engine)
 
     async def scenario() -> None:
         async with make_relay(db_url, fake_telegram) as relay:
