@@ -14,10 +14,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from outbox import queries
-from outbox.errors import InvalidInput, InvalidPayload
+from outbox.errors import ConfigError, InvalidInput, InvalidPayload
 from outbox.payload import MalformedPayload, send_message_args
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
-from outbox.schema import resolve_schema
+from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 
 if TYPE_CHECKING:
     from outbox.queries import AsyncAppConn
@@ -57,8 +57,18 @@ def _checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def _enqueue_steps(
-    *, key: str, payload: Mapping[str, Any], kind: str, run_at: datetime | None, schema: str | None
+    *,
+    key: str,
+    payload: Mapping[str, Any],
+    kind: str,
+    run_at: datetime | None,
+    schema: str | None,
+    queue: str,
 ) -> queries.Steps:
+    try:
+        validate_queue(queue)
+    except ConfigError as err:
+        raise InvalidInput(str(err)) from None
     if not key:
         raise InvalidInput("an outbox message needs a non-empty key")
     if run_at is not None and run_at.tzinfo is None:
@@ -69,6 +79,7 @@ def _enqueue_steps(
         key=key,
         payload=_checked_payload(payload),
         run_at=run_at,
+        queue=queue,
     )
 
 
@@ -80,6 +91,7 @@ def enqueue(
     kind: str = REMINDER,
     run_at: datetime | None = None,
     schema: str | None = None,
+    queue: str = DEFAULT_QUEUE,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -87,9 +99,12 @@ def enqueue(
     when the caller's transaction commits. ``key`` identifies the logical message: enqueueing
     the same key again returns the existing row. ``payload`` holds sendMessage's parameters
     (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
-    field). ``run_at`` (timezone-aware) delays the message; the default is now.
+    field). ``run_at`` (timezone-aware) delays the message; the default is now. ``queue``
+    names the bot that sends it: a relay serves the queues it is told to (``--queue``).
     """
-    steps = _enqueue_steps(key=key, payload=payload, kind=kind, run_at=run_at, schema=schema)
+    steps = _enqueue_steps(
+        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
+    )
     return Enqueued(*queries.run_sync(conn, steps))
 
 
@@ -101,9 +116,12 @@ async def enqueue_async(
     kind: str = REMINDER,
     run_at: datetime | None = None,
     schema: str | None = None,
+    queue: str = DEFAULT_QUEUE,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = _enqueue_steps(key=key, payload=payload, kind=kind, run_at=run_at, schema=schema)
+    steps = _enqueue_steps(
+        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
+    )
     return Enqueued(*await queries.run_async(conn, steps))
 
 
@@ -162,10 +180,17 @@ async def update_pending_async(
 
 
 def queue_status(
-    conn: SyncConn, *, lease_seconds: float = DEFAULT_LEASE_SECONDS, schema: str | None = None
+    conn: SyncConn,
+    *,
+    lease_seconds: float = DEFAULT_LEASE_SECONDS,
+    schema: str | None = None,
+    queue: str | None = None,
 ) -> QueueStatus:
-    """Rows per state, the age of the oldest due row, and claims older than the lease."""
-    return queries.queue_status(conn, schema=resolve_schema(schema), lease_seconds=lease_seconds)
+    """Rows per state, the age of the oldest due row, and claims older than the lease; of
+    every queue, or of ``queue``."""
+    return queries.queue_status(
+        conn, schema=resolve_schema(schema), lease_seconds=lease_seconds, queue=queue
+    )
 
 
 def failed_messages(
@@ -195,10 +220,11 @@ def list_messages(
     kind: str | None = None,
     limit: int = 50,
     schema: str | None = None,
+    queue: str | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat) and/or kind (tur)."""
+    """Messages newest first, optionally of one state (holat), kind (tur) and/or queue."""
     return queries.list_messages(
-        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit
+        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit, queue=queue
     )
 
 
@@ -215,10 +241,11 @@ def replay(
     kind: str | None = None,
     failed_within_seconds: float | None = None,
     schema: str | None = None,
+    queue: str | None = None,
 ) -> list[ReplayResult]:
     """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
 
-    ``ids``, or with ``ids=None`` every failed message matching ``kind`` and
+    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue`` and
     ``failed_within_seconds``. A message whose key already has a sent marker is refused
     (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless ``force``.
     """
@@ -229,4 +256,5 @@ def replay(
         force=force,
         kind=kind,
         failed_within_seconds=failed_within_seconds,
+        queue=queue,
     )

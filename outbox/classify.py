@@ -18,7 +18,7 @@ from telegram import error as tg
 from outbox.payload import MalformedPayload
 from outbox.redact import redact
 
-__all__ = ["Failure", "FailureKind", "MalformedPayload", "classify"]
+__all__ = ["MAX_FLOOD_PAUSE", "Failure", "FailureKind", "MalformedPayload", "classify"]
 
 
 class FailureKind(enum.Enum):
@@ -37,14 +37,22 @@ class Failure:
     new_chat_id: int | None = None
 
 
+# Telegram's retry_after is believed up to this many seconds (10 minutes): a larger one (a
+# garbled answer, a proxy's, or a long ban) pauses the bot for this long, then one request
+# asks again. The same cap bounds a pause read from the shared queue state.
+MAX_FLOOD_PAUSE = 600.0
+
+
 def _retry_after_seconds(err: tg.RetryAfter) -> float:
+    """Telegram's wait in seconds, capped at MAX_FLOOD_PAUSE (nan and negatives read as 1 s)."""
     with warnings.catch_warnings():
         # PTB 22 warns that retry_after will become a timedelta; accept both forms.
         warnings.simplefilter("ignore")
         value = err.retry_after
-    if isinstance(value, dt.timedelta):
-        return value.total_seconds()
-    return float(value)
+    seconds = value.total_seconds() if isinstance(value, dt.timedelta) else float(value)
+    if not seconds > 0:  # also nan
+        return 1.0
+    return min(seconds, MAX_FLOOD_PAUSE)
 
 
 def _transport_cause(err: BaseException) -> BaseException | None:

@@ -41,7 +41,14 @@ from outbox.errors import ConfigError, InvalidInput, OutboxError
 from outbox.ratelimit import RateLimits
 from outbox.redact import LOG_FORMATS, configure_logging, redact
 from outbox.retry import RetryPolicy
-from outbox.schema import DEFAULT_SCHEMA, configure, current_schema, validate_schema
+from outbox.schema import (
+    DEFAULT_QUEUE,
+    DEFAULT_SCHEMA,
+    configure,
+    current_schema,
+    validate_queue,
+    validate_schema,
+)
 
 if TYPE_CHECKING:
     from outbox.relay import Relay
@@ -127,6 +134,38 @@ def _non_negative_float(raw: str) -> float:
     if value < 0:
         raise argparse.ArgumentTypeError(f"{raw!r} cannot be negative")
     return value
+
+
+def _queue_names(raw: str) -> tuple[str, ...]:
+    names = tuple(name.strip() for name in raw.split(",") if name.strip())
+    if not names:
+        raise argparse.ArgumentTypeError("no queue named")
+    try:
+        return tuple(validate_queue(name) for name in names)
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+def _queue_name(raw: str) -> str:
+    try:
+        return validate_queue(raw.strip())
+    except ConfigError as err:
+        raise argparse.ArgumentTypeError(str(err)) from None
+
+
+class _QueuesAction(argparse.Action):
+    """--queue a --queue b,c: every name given; flags given replace the environment twin."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest)
+        names = list(current) if isinstance(current, list) else []
+        setattr(namespace, self.dest, [*names, *values])
 
 
 class _Parser(argparse.ArgumentParser):
@@ -221,6 +260,23 @@ def _relay_flags(parser: _Parser) -> None:
         default=None,
         convert=_seconds,
         help="look for due rows at least this often (default 30s, 1s with --poll-only)",
+    )
+    parser.add(
+        "--queue",
+        env="OUTBOX_QUEUES",
+        default=None,
+        convert=_queue_names,
+        action=_QueuesAction,
+        dest="queues",
+        help="the queues (bots) this relay serves, with this relay's bot token; repeat or "
+        "separate with commas (default: default)",
+    )
+    parser.add(
+        "--slot-horizon",
+        env="OUTBOX_SLOT_HORIZON",
+        default=1.0,
+        convert=_seconds,
+        help="how far ahead a claim reserves the bot's send slots for its relays",
     )
     parser.add(
         "--rate-limit",
@@ -326,6 +382,8 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         retention_seconds=args.retention,
         marker_retention_seconds=args.marker_retention,
         retry=RetryPolicy(max_attempts=args.max_attempts, base_seconds=args.backoff_base),
+        queues=tuple(args.queues or (DEFAULT_QUEUE,)),
+        slot_horizon=args.slot_horizon,
         rate_limits=RateLimits(
             per_bot=args.rate_limit,
             per_chat=args.chat_rate_limit,

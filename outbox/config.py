@@ -9,7 +9,7 @@ from pathlib import Path
 from outbox.errors import ConfigError
 from outbox.ratelimit import RateLimits
 from outbox.retry import RetryPolicy
-from outbox.schema import current_schema, validate_schema
+from outbox.schema import DEFAULT_QUEUE, current_schema, validate_queue, validate_schema
 from outbox.telegram import DEFAULT_API_URL
 
 __all__ = ["RelayConfig", "read_token", "telegram_api_url"]
@@ -59,9 +59,20 @@ class RelayConfig:
     max_chat_hold: float = 1.5
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     rate_limits: RateLimits = field(default_factory=RateLimits)
+    # The queues (bots) this relay serves: every one with this relay's bot token.
+    queues: tuple[str, ...] = (DEFAULT_QUEUE,)
+    # How far ahead a claim may reserve the bot's send slots for the fleet: a relay that dies
+    # holding them holds back the others' sends this long at most.
+    slot_horizon: float = 1.0
 
     def __post_init__(self) -> None:
         validate_schema(self.schema)
+        if not self.queues:
+            raise ConfigError("a relay serves at least one queue")
+        for queue in self.queues:
+            validate_queue(queue)
+        if not 0 < self.slot_horizon <= 60:
+            raise ConfigError("slot-horizon must be between 0 and 60 seconds")
         for name in ("concurrency", "batch_size", "prune_batch_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name.replace('_', '-')} must be at least 1")

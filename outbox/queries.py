@@ -29,15 +29,18 @@ import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.payload import UnreadablePayload, read_json
-from outbox.schema import maintenance_lock_key, notify_channel, pause_channel
+from outbox.schema import DEFAULT_QUEUE, maintenance_lock_key, notify_channel, pause_channel
 
 __all__ = [
     "Activity",
+    "ClaimLimits",
     "ClaimedRow",
     "Message",
     "Outcome",
     "QueueStatus",
+    "QueueTiming",
     "ReplayResult",
     "SentMarker",
     "SyncConn",
@@ -51,12 +54,15 @@ __all__ = [
     "count_failed",
     "count_prunable",
     "enqueue",
+    "ensure_queues",
     "failed_kinds",
     "finished_per_minute",
+    "forget_idle_chats",
     "get_message",
     "list_messages",
     "prune",
     "queue_status",
+    "queue_timing",
     "reap_stale",
     "record_outcomes",
     "replay",
@@ -86,6 +92,8 @@ def _sql(template: str, schema: str) -> str:
     return template.format(
         outbox=f'"{schema}".outbox',
         yuborilgan=f'"{schema}".yuborilgan',
+        navbat_holati=f'"{schema}".navbat_holati',
+        chat_navbati=f'"{schema}".chat_navbati',
         notify_channel=notify_channel(schema),
         pause_channel=pause_channel(schema),
     )
@@ -133,8 +141,9 @@ async def run_async(conn: AsyncAppConn, steps: Steps) -> Any:
 
 _ENQUEUE = """
 WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish)
-    VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()))
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat)
+    VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()),
+            :navbat)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -153,9 +162,16 @@ def enqueue(
     key: str,
     payload: Mapping[str, Any],
     run_at: datetime | None,
+    queue: str = DEFAULT_QUEUE,
 ) -> Steps:
     """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
-    params = {"tur": kind, "kalit": key, "payload": json.dumps(payload), "run_at": run_at}
+    params = {
+        "tur": kind,
+        "kalit": key,
+        "payload": json.dumps(payload),
+        "run_at": run_at,
+        "navbat": queue,
+    }
     row = (yield _text(_ENQUEUE, schema), params).first()
     if row is None:
         # The conflicting row was committed by another transaction after this statement's
@@ -210,6 +226,17 @@ class ClaimedRow(NamedTuple):
     attempts: int  # urinish after this claim
     already_sent: bool  # a sent marker exists for the key
     claimed_at: datetime  # band_vaqti of this claim: with attempts, the fencing token
+    wait: float = 0.0  # seconds from the claim until the row's reserved send slot
+    queue: str = DEFAULT_QUEUE
+
+
+class ClaimLimits(NamedTuple):
+    """The bot's limits as the claim applies them to the whole fleet (0: off)."""
+
+    per_bot: float = 0.0  # messages/s
+    chat_gap: float = 0.0  # seconds between two messages to one private chat
+    group_gap: float = 0.0  # seconds between two messages to one group
+    horizon: float = 1.0  # seconds of send slots a claim may reserve ahead
 
 
 # Rows whose claim expired while their relay held other rows too (``yakka``: "alone") are
@@ -218,9 +245,29 @@ class ClaimedRow(NamedTuple):
 # is held, or due, that process claims nothing else. So a row that keeps killing relays dies
 # alone, is charged for it (reap_stale), and ends xato, while its batch mates go out.
 _CLAIM_DUE = """
-WITH alone AS (
-    SELECT id FROM {outbox}
-    WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now()
+WITH q AS (
+    -- The queue's shared state. With a per-bot limit it is locked, so that the claims of every
+    -- relay of the bot take their send slots one after the other.
+    -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
+    SELECT greatest(clock_timestamp(), keyingi_slot) AS base, pauza_tugashi > now() AS paused,
+           clock_timestamp() AS t0
+    FROM {navbat_holati} WHERE navbat = %(navbat)s
+    {lock}
+),
+room AS (
+    -- Rows that may be claimed: none while the bot is paused; with a per-bot limit, no more
+    -- than the slots free within the horizon (what a relay that dies can hold back).
+    SELECT CASE WHEN coalesce((SELECT paused FROM q), false) THEN 0
+                WHEN %(rate)s <= 0 THEN %(limit)s
+                -- Slots base, base + 1/rate, ... up to now + horizon.
+                ELSE least(%(limit)s, greatest(0, 1 + floor((%(horizon)s
+                    - extract(epoch FROM (SELECT base - t0 FROM q)))
+                    * %(rate)s)::int))
+           END AS n
+),
+alone AS (
+    SELECT id, keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
+    WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now() AND navbat = %(navbat)s
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND EXISTS (SELECT 1 FROM {outbox}
                   WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now())
@@ -231,22 +278,69 @@ WITH alone AS (
     FOR UPDATE SKIP LOCKED
 ),
 batch AS (
-    SELECT id FROM {outbox}
-    WHERE holat = 'kutmoqda' AND keyingi_urinish <= now() AND NOT yakka
+    SELECT o.id, o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM {outbox} o
+    WHERE o.holat = 'kutmoqda' AND o.keyingi_urinish <= now() AND NOT o.yakka
+      AND o.navbat = %(navbat)s
       AND NOT EXISTS (SELECT 1 FROM {outbox}
                       WHERE yakka AND ((holat = 'kutmoqda' AND keyingi_urinish <= now())
                                        OR (holat = 'bajarilmoqda' AND egasi = %(holder)s)))
-    ORDER BY keyingi_urinish, id
+    ORDER BY o.keyingi_urinish, o.id
+    -- A plain limit, so that the planner walks the index of pending rows; the room is kept
+    -- below (rows locked beyond it are let go at commit).
     LIMIT %(limit)s
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF o SKIP LOCKED
+),
+found AS (
+    SELECT *, row_number() OVER (PARTITION BY chat ORDER BY keyingi_urinish, id) AS in_chat
+    FROM (SELECT * FROM alone UNION ALL SELECT * FROM batch) f
+    {busy_chats}
+),
+slotted AS (
+    -- One message per chat per claim; each takes the next send slot of the bot.
+    SELECT id, chat, row_number() OVER (ORDER BY keyingi_urinish, id) - 1 AS slot
+    FROM found WHERE in_chat = 1 OR chat IS NULL OR NOT %(chat_on)s
+),
+timed AS (
+    SELECT id, chat,
+           coalesce((SELECT base FROM q), clock_timestamp()) + CASE WHEN %(rate)s > 0
+               THEN make_interval(secs => slot / %(rate)s) ELSE interval '0' END AS send_at
+    FROM slotted WHERE slot < (SELECT n FROM room)
+),
+chats AS (
+    -- Each chat's next free moment. The condition is checked against the newest version of
+    -- the chat's row: a claim that waited for another relay's does not double-book the chat.
+    INSERT INTO {chat_navbati} AS c (navbat, chat, keyingi)
+    SELECT %(navbat)s, chat, send_at + make_interval(secs => CASE WHEN chat ~ '^[0-9]+$'
+                                                          THEN %(chat_gap)s ELSE %(group_gap)s END)
+    FROM timed WHERE chat IS NOT NULL AND %(chat_on)s
+    ON CONFLICT (navbat, chat) DO UPDATE SET keyingi = excluded.keyingi
+    WHERE c.keyingi <= excluded.keyingi - make_interval(
+        secs => CASE WHEN c.chat ~ '^[0-9]+$' THEN %(chat_gap)s ELSE %(group_gap)s END)
+    RETURNING chat
+),
+taken AS (
+    SELECT * FROM timed
+    WHERE chat IS NULL OR NOT %(chat_on)s OR chat IN (SELECT chat FROM chats)
+),
+bump AS (
+    UPDATE {navbat_holati} h
+    SET keyingi_slot = (SELECT base FROM q)
+                       + make_interval(secs => (SELECT count(*) FROM timed) / %(rate)s)
+    WHERE h.navbat = %(navbat)s AND %(rate)s > 0 AND EXISTS (SELECT 1 FROM timed)
 )
 UPDATE {outbox} o
 SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
     egasi = %(holder)s, yangilangan = now()
-WHERE o.id IN (SELECT id FROM alone UNION ALL SELECT id FROM batch)
+FROM taken t
+WHERE o.id = t.id
 RETURNING o.id, o.tur, o.kalit, o.payload::text, o.urinish,
-          (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL, o.band_vaqti
+          (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL, o.band_vaqti,
+          extract(epoch FROM t.send_at - clock_timestamp())::float8
 """
+# Send slots are reserved in the claim itself: no extra round trip. Each claimed row comes back
+# with the seconds until its slot; a slot taken by a row that is not sent stays unused (the
+# bot sends a little less, never more). A relay that dies holding slots holds back the others
+# at most ``horizon`` seconds: no claim reserves further ahead.
 # The marker check is a scalar subquery on purpose: it is always one primary-key probe per
 # claimed row. Postgres may run an EXISTS as a hash of the whole marker table instead, which
 # grows with every message ever sent.
@@ -266,14 +360,63 @@ def claim_holder() -> str:
     return _holder_of(os.getpid())
 
 
-async def claim_due(conn: AsyncConn, limit: int, *, schema: str) -> list[ClaimedRow]:
-    """Claim up to ``limit`` due rows in one statement; other relays skip them."""
-    params = {"limit": limit, "holder": claim_holder()}
-    cursor = await conn.execute(_sql(_CLAIM_DUE, schema), params)
+# With a per-bot limit, a chat that may not receive yet is left out before it takes a send slot
+# (a slot taken and not used is the bot's loss). Without one, the check in ``chats`` is
+# enough, and this probe per row would cost a third of the claim.
+_BUSY_CHATS = """
+    WHERE NOT EXISTS (SELECT 1 FROM {chat_navbati} c
+                      WHERE c.navbat = %(navbat)s AND c.chat = f.chat AND c.keyingi > now())
+"""
+
+
+@functools.cache
+def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
+    template = _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
+    template = template.replace("{busy_chats}", _BUSY_CHATS if busy_chats else "")
+    return _sql(template, schema)
+
+
+async def claim_due(
+    conn: AsyncConn,
+    limit: int,
+    *,
+    schema: str,
+    queue: str = DEFAULT_QUEUE,
+    limits: ClaimLimits = ClaimLimits(),  # noqa: B008 - an immutable tuple
+) -> list[ClaimedRow]:
+    """Claim up to ``limit`` due rows of ``queue`` in one statement; other relays skip them.
+
+    With ``limits``, each row comes with its send slot (``wait``), reserved for the fleet.
+    """
+    params = {
+        "limit": limit,
+        "holder": claim_holder(),
+        "navbat": queue,
+        "rate": float(limits.per_bot),
+        "chat_on": bool(limits.chat_gap or limits.group_gap),
+        "chat_gap": float(limits.chat_gap),
+        "group_gap": float(limits.group_gap),
+        "horizon": float(limits.horizon),
+    }
+    statement = _claim_sql(
+        schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
+    )
+    cursor = await conn.execute(statement, params)
     return [
-        ClaimedRow(row_id, kind, key, read_json(payload), attempts, sent, claimed_at)
-        for row_id, kind, key, payload, attempts, sent, claimed_at in await cursor.fetchall()
+        ClaimedRow(row_id, kind, key, read_json(payload), attempts, sent, claimed_at, wait, queue)
+        for row_id, kind, key, payload, attempts, sent, claimed_at, wait in await cursor.fetchall()
     ]
+
+
+_ENSURE_QUEUE = """
+INSERT INTO {navbat_holati} (navbat) SELECT unnest(%(queues)s::text[])
+ON CONFLICT (navbat) DO NOTHING
+"""
+
+
+async def ensure_queues(conn: AsyncConn, queues: Sequence[str], *, schema: str) -> None:
+    """Create the shared state rows of ``queues`` (a claim finds the bot's budget there)."""
+    await conn.execute(_sql(_ENSURE_QUEUE, schema), {"queues": list(queues)})
 
 
 class Outcome(NamedTuple):
@@ -397,12 +540,82 @@ async def seconds_until_next_due(conn: AsyncConn, *, schema: str) -> float | Non
     return None if row is None or row[0] is None else float(row[0])
 
 
-_ANNOUNCE_PAUSE = "SELECT pg_notify('{pause_channel}', %(seconds)s)"
+# The pause lives in the queue's state row, which only the outbox's own code writes; the
+# NOTIFY after it only wakes the other relays to read it (a forged NOTIFY pauses nothing).
+_ANNOUNCE_PAUSE = """
+WITH paused AS (
+    INSERT INTO {navbat_holati} AS h (navbat, pauza_tugashi)
+    SELECT q, now() + make_interval(secs => %(seconds)s) FROM unnest(%(queues)s::text[]) q
+    ON CONFLICT (navbat) DO UPDATE
+    SET pauza_tugashi = greatest(h.pauza_tugashi, excluded.pauza_tugashi)
+    RETURNING navbat
+)
+SELECT pg_notify('{pause_channel}', navbat) FROM paused
+"""
 
 
-async def announce_pause(conn: AsyncConn, seconds: float, *, schema: str) -> None:
-    """Tell every listening relay that Telegram asked this bot to wait ``seconds``."""
-    await conn.execute(_sql(_ANNOUNCE_PAUSE, schema), {"seconds": f"{seconds:g}"})
+async def announce_pause(
+    conn: AsyncConn, seconds: float, *, schema: str, queues: Sequence[str] = (DEFAULT_QUEUE,)
+) -> None:
+    """Pause ``queues`` for every relay: Telegram asked this bot to wait ``seconds``."""
+    params = {"seconds": float(seconds), "queues": list(queues)}
+    await conn.execute(_sql(_ANNOUNCE_PAUSE, schema), params)
+
+
+class QueueTiming(NamedTuple):
+    next_due: float | None  # seconds until a claim may find work (<= 0: now); None: no work
+    paused: float  # seconds the bot is paused for, as the queue's state says (0: not paused)
+    due_now: bool = False  # a row is due by its own time (it may wait for its chat or the bot)
+
+
+# Per queue: the earliest pending row (or its chat's next free moment), but not before the pause
+# ends nor before the bot's budget has a free slot within the claim's horizon. Through epochs (a
+# due time of +-infinity gives +-inf here instead of an error in every idle relay).
+_QUEUE_TIMING = """
+SELECT min(greatest(d.due, extract(epoch FROM h.pauza_tugashi),
+                    extract(epoch FROM h.keyingi_slot) - %(horizon)s))
+       - extract(epoch FROM now()),
+       coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM now())), 0)::float8,
+       coalesce(bool_or(d.first_due <= extract(epoch FROM now())), false)
+FROM unnest(%(queues)s::text[]) AS q(navbat)
+CROSS JOIN LATERAL (
+    -- A row whose chat may not receive yet is due when its chat may (the first rows only).
+    SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
+           AS due,
+           min(extract(epoch FROM p.keyingi_urinish)) AS first_due
+    FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
+          WHERE holat = 'kutmoqda' AND navbat = q.navbat
+          ORDER BY keyingi_urinish, id LIMIT 64) p
+    LEFT JOIN {chat_navbati} c ON c.navbat = q.navbat AND c.chat = p.chat
+) d
+LEFT JOIN {navbat_holati} h ON h.navbat = q.navbat
+"""
+
+
+async def queue_timing(
+    conn: AsyncConn, queues: Sequence[str], *, schema: str, horizon: float
+) -> QueueTiming:
+    """When ``queues`` may have work for a claim, and how long their bot is paused."""
+    params = {"queues": list(queues), "horizon": float(horizon)}
+    cursor = await conn.execute(_sql(_QUEUE_TIMING, schema), params)
+    row = await cursor.fetchone()
+    if row is None:
+        return QueueTiming(None, 0.0)
+    due, paused, due_now = row
+    # A pause written by the outbox's own code is believed up to the cap.
+    paused = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
+    return QueueTiming(None if due is None else float(due), paused, bool(due_now))
+
+
+# Chats whose next free moment is long past are forgotten (run with the reaper, every minute):
+# the table holds the chats of the last minute or so, not every chat ever sent to.
+_FORGET_IDLE_CHATS = "DELETE FROM {chat_navbati} WHERE keyingi < now() - interval '1 minute'"
+
+
+async def forget_idle_chats(conn: AsyncConn, *, schema: str) -> int:
+    """Delete the chat rows no claim needs any more; return how many."""
+    cursor = await conn.execute(_sql(_FORGET_IDLE_CHATS, schema))
+    return cursor.rowcount
 
 
 # --- maintenance ---------------------------------------------------------------------------------
@@ -573,6 +786,7 @@ SELECT {_MESSAGE_COLUMNS}
 FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE (CAST(:holat AS text) IS NULL OR o.holat = CAST(:holat AS text))
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
+  AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
   AND (CAST(:since AS float8) IS NULL OR o.yangilangan >= now() - make_interval(secs => :since))
 ORDER BY o.id DESC
 LIMIT :limit
@@ -587,10 +801,17 @@ def list_messages(
     kind: str | None = None,
     limit: int = 50,
     changed_within_seconds: float | None = None,
+    queue: str | None = None,
 ) -> list[Message]:
-    """Newest first, optionally only one state and/or kind, and/or changed (for a failed row:
-    failed) within the last ``changed_within_seconds``."""
-    params = {"holat": state, "tur": kind, "limit": limit, "since": changed_within_seconds}
+    """Newest first, optionally only one state and/or kind and/or queue, and/or changed (for a
+    failed row: failed) within the last ``changed_within_seconds``."""
+    params = {
+        "holat": state,
+        "tur": kind,
+        "limit": limit,
+        "since": changed_within_seconds,
+        "navbat": queue,
+    }
     return [_message(row) for row in _execute(conn, schema, _LIST_MESSAGES, params).fetchall()]
 
 
@@ -627,39 +848,58 @@ class QueueStatus:
 # otherwise read from the planner's statistics (kept fresh by autovacuum).
 EXACT_COUNT_BELOW = 200_000  # rows, by the statistics: above this, estimate
 
+# :navbat NULL: every queue. The plain (holat) conditions first keep the partial indexes usable.
 _QUEUE_STATUS = """
+WITH q AS (SELECT CAST(:navbat AS text) AS navbat)
 SELECT
-    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda'),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'xato'),
+    (SELECT count(*) FROM {outbox}
+     WHERE holat = 'kutmoqda' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT count(*) FROM {outbox}
+     WHERE holat = 'bajarilmoqda' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT count(*) FROM {outbox}
+     WHERE holat = 'xato' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
     (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
      FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
-                     AND keyingi_urinish > '-infinity'),
+                     AND keyingi_urinish > '-infinity'
+                     AND navbat = coalesce((SELECT navbat FROM q), navbat)),
     (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'
+        AND navbat = coalesce((SELECT navbat FROM q), navbat)
         AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
              OR band_vaqti < now() - make_interval(secs => :lease))),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity'),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity'
+        AND navbat = coalesce((SELECT navbat FROM q), navbat)),
     (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass),
     (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
 """
 
-_COUNT_DONE = "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi'"
+_COUNT_DONE = (
+    "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi' AND "
+    "(CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))"
+)
 _COUNT_MARKERS = "SELECT count(*) FROM {yuborilgan}"
 
 
 def queue_status(
-    conn: SyncConn, *, schema: str, lease_seconds: float, exact_below: int | None = None
+    conn: SyncConn,
+    *,
+    schema: str,
+    lease_seconds: float,
+    exact_below: int | None = None,
+    queue: str | None = None,
 ) -> QueueStatus:
+    """Counts and health, of every queue or of ``queue`` (its done rows then counted exactly;
+    sent markers are the whole outbox's)."""
     threshold = EXACT_COUNT_BELOW if exact_below is None else exact_below
-    row = _execute(conn, schema, _QUEUE_STATUS, {"lease": float(lease_seconds)}).one()
+    params = {"lease": float(lease_seconds), "navbat": queue}
+    row = _execute(conn, schema, _QUEUE_STATUS, params).one()
     pending, in_progress, failed, lag, stuck, never_due, outbox_rows, marker_rows = row
     estimated: list[str] = []
     # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
-    if outbox_rows >= threshold:
+    if outbox_rows >= threshold and queue is None:
         done = max(0, round(outbox_rows) - int(pending) - int(in_progress) - int(failed))
         estimated.append("bajarildi")
     else:
-        done = _execute(conn, schema, _COUNT_DONE).scalar_one()
+        done = _execute(conn, schema, _COUNT_DONE, {"navbat": queue}).scalar_one()
     if marker_rows >= threshold:
         markers = max(0, round(marker_rows))
         estimated.append("markers")
@@ -703,6 +943,7 @@ SELECT o.id, o.holat, y.chat_id, y.message_id, y.yuborilgan_vaqt
 FROM {outbox} o LEFT JOIN {yuborilgan} y ON y.kalit = o.kalit
 WHERE o.holat = 'xato'
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
+  AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
   AND (CAST(:since AS float8) IS NULL OR o.yangilangan >= now() - make_interval(secs => :since))
 ORDER BY o.id
 FOR UPDATE OF o
@@ -748,13 +989,14 @@ def replay(
     force: bool = False,
     kind: str | None = None,
     failed_within_seconds: float | None = None,
+    queue: str | None = None,
 ) -> list[ReplayResult]:
     """Move failed rows back to the queue: the given ids, or (``ids=None``) every xato row
     matching ``kind`` and ``failed_within_seconds``. A row whose key has a sent marker is
     refused unless ``force``. Runs in the caller's transaction; the caller commits.
     """
     if ids is None:
-        params: dict[str, Any] = {"tur": kind, "since": failed_within_seconds}
+        params: dict[str, Any] = {"tur": kind, "since": failed_within_seconds, "navbat": queue}
         found = _execute(conn, schema, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
         wanted = [int(row[0]) for row in found]
     else:

@@ -16,6 +16,7 @@ import zlib
 from outbox.errors import ConfigError, OutboxError, SchemaMismatch, SchemaMissing
 
 __all__ = [
+    "DEFAULT_QUEUE",
     "DEFAULT_SCHEMA",
     "KNOWN_REVISIONS",
     "SCHEMA_REVISION",
@@ -26,14 +27,15 @@ __all__ = [
     "pause_channel",
     "resolve_schema",
     "schema_problem",
+    "validate_queue",
     "validate_schema",
 ]
 
 DEFAULT_SCHEMA = "public"
 # The revision of the outbox's own migrations this code expects; every revision writes its id
 # into the outbox table's comment, which the relay and the commands check at start.
-SCHEMA_REVISION = "outbox_0002"
-KNOWN_REVISIONS = ("outbox_0001", "outbox_0002")  # oldest first
+SCHEMA_REVISION = "outbox_0003"
+KNOWN_REVISIONS = ("outbox_0001", "outbox_0002", "outbox_0003")  # oldest first
 
 # Lower-case identifiers only: they need no quoting rules of their own in SQL or channel names,
 # and "outbox_" + the name still fits PostgreSQL's 63-byte identifier limit.
@@ -47,6 +49,21 @@ def validate_schema(name: str) -> str:
         raise ConfigError(
             f"schema name {name!r} is not usable: use lower-case letters, digits and _, "
             "starting with a letter or _, at most 50 characters, not pg_..."
+        )
+    return name
+
+
+# A row's queue (navbat): one bot's messages. The table's constraint (outbox_0003) says the same.
+DEFAULT_QUEUE = "default"
+_QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
+
+
+def validate_queue(name: str) -> str:
+    """The queue name, or one clear error saying what a name may look like."""
+    if not _QUEUE_NAME.fullmatch(name):
+        raise ConfigError(
+            f"queue name {name!r} is not usable: use letters, digits, '_', '.' and '-', "
+            "1 to 64 characters"
         )
     return name
 

@@ -295,7 +295,10 @@ def test_replay_all_failed_with_filters_prints_how_many(
     [
         (["replay"], "give one or more message ids, or --all-failed"),
         (["replay", "1", "--all-failed"], "give message ids or --all-failed, not both"),
-        (["replay", "1", "--tur", "eslatma"], "--tur and --since only filter --all-failed"),
+        (
+            ["replay", "1", "--tur", "eslatma"],
+            "--tur, --queue and --since only filter --all-failed",
+        ),
         (["replay", "1", "x2"], "'x2' is not a message id: ids are whole numbers like 42"),
         (["replay", "0"], "'0' is not a message id: ids are whole numbers like 42"),
         (["replay", "--all-failed", "--since", "soon"], "--since: cannot read duration 'soon'"),

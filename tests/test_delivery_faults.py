@@ -336,10 +336,10 @@ def test_flood_control_pauses_every_relay_of_the_bot(
         enqueue(conn, key="flooded", payload=text(flooded))
     wait_until(lambda: sends_to(fake_telegram, flooded), 20, "the 429", explain=relays.describe)
     flooded_at = sends_to(fake_telegram, flooded)[0][0]
-    # The relay that got the 429 tells the other one with its next write.
+    # The relay that got the 429 writes the pause to the queue's state with its next write.
     wait_until(lambda: row(engine, "flooded")["holat"] == "kutmoqda", 20, "the 429 written down")
     wait_until(
-        lambda: any("another relay must wait" in r.stderr for r in started),
+        lambda: any("flood control: the bot must wait" in r.stderr for r in started),
         20,
         "the other relay to hear of the pause",
         explain=relays.describe,
@@ -355,7 +355,7 @@ def test_flood_control_pauses_every_relay_of_the_bot(
         last_at, status = sends_to(fake_telegram, chat)[-1]
         assert status == 200
         assert last_at >= flooded_at + 3.0, f"chat {chat} was sent to during the pause"
-    told = [r for r in started if "another relay must wait 3 s; this one waits too" in r.stderr]
+    told = [r for r in started if "flood control: the bot must wait" in r.stderr]
     assert len(told) == 1, relays.describe()
 
 
@@ -391,7 +391,9 @@ def test_shutdown_finishes_sends_within_the_grace_and_hands_the_rest_back(
     with engine.begin() as conn:
         for chat in (500, 501, *waiting_chats):
             enqueue(conn, key=f"g{chat}", payload=text(chat))
-    relay = relays.start(OUTBOX_CHAT_RATE_LIMIT="1", OUTBOX_GRACE="2s")
+    # One message a second, reserved up to 30 s ahead: the second messages below are claimed
+    # at once and wait for their send slots.
+    relay = relays.start(OUTBOX_RATE_LIMIT="1", OUTBOX_SLOT_HORIZON="30s", OUTBOX_GRACE="2s")
     wait_until(
         lambda: (
             all(sends_to(fake_telegram, chat) for chat in (500, 501))
@@ -401,7 +403,7 @@ def test_shutdown_finishes_sends_within_the_grace_and_hands_the_rest_back(
         "the slow sends and one message to each other chat",
         explain=relays.describe,
     )
-    # A second message to each of those chats is claimed and waits for its chat's second.
+    # A second message to each of those chats is claimed and waits for its send slot.
     with engine.begin() as conn:
         for chat in waiting_chats:
             enqueue(conn, key=f"g{chat}-again", payload=text(chat))

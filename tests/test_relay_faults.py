@@ -277,13 +277,13 @@ def test_a_relay_whose_writer_dies_stops_sending_and_says_so(
 def test_a_row_cut_off_while_its_claim_is_checked_spends_no_attempt(
     engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The grace runs out while a row that waited for its chat asks the database whether it is
-    still claimed: nothing was sent, so it goes back untouched, not as 'may have been
+    """The grace runs out while a row that waited for its send slot asks the database whether
+    it is still claimed: nothing was sent, so it goes back untouched, not as 'may have been
     delivered' with an attempt spent."""
     with engine.begin() as conn:
         enqueue(conn, key="first", payload=text(5))
     with engine.begin() as conn:
-        enqueue(conn, key="second", payload=text(5))  # waits a second for chat 5
+        enqueue(conn, key="second", payload=text(5))  # its slot is a second after the first
     checking = asyncio.Event()
 
     async def hangs(*_args: object, **_kwargs: object) -> bool:
@@ -294,7 +294,7 @@ def test_a_row_cut_off_while_its_claim_is_checked_spends_no_attempt(
     monkeypatch.setattr(queries, "still_claimed", hangs)
 
     async def scenario() -> None:
-        limits = RateLimits(per_bot=0, per_chat=1.0)
+        limits = RateLimits(per_bot=1.0, per_chat=0)  # both claimed, slots a second apart
         async with make_relay(db_url, fake_telegram, rate_limits=limits, grace_seconds=0.2) as r:
             runner = asyncio.create_task(r.run())
             await asyncio.wait_for(checking.wait(), 10)

@@ -29,10 +29,11 @@ def test_task_completed_while_its_reminder_is_claimed_is_not_reminded(
         second = service.create_task(session, user_id=user.id, title="Ikkinchi", due=due).task.id
 
     async def scenario() -> int:
-        # One message per second to a private chat: the second reminder is claimed and then
-        # waits for its chat, which is the moment the user completes the task.
-        limits = RateLimits(per_bot=0, per_chat=1.0)
-        config = RelayConfig(database_url=db_url, rate_limits=limits)
+        # One message per two seconds for the bot, slots reserved 5 s ahead: the second
+        # reminder is claimed and then waits for its send slot, which is the moment the user
+        # completes the task.
+        limits = RateLimits(per_bot=0.5, per_chat=0)
+        config = RelayConfig(database_url=db_url, rate_limits=limits, slot_horizon=5.0)
         sender = TelegramSender(TEST_TOKEN, api_url=fake_telegram.api_url)
         async with Relay(config, sender) as relay:
             runner = asyncio.create_task(relay.run())
@@ -49,7 +50,7 @@ def test_task_completed_while_its_reminder_is_claimed_is_not_reminded(
             assert state == "bajarilmoqda", "the other reminder should be claimed and waiting"
             with Session(engine) as session, session.begin():
                 service.complete_task(session, finished)
-            await asyncio.sleep(2.0)  # well past the chat's one-second slot
+            await asyncio.sleep(3.0)  # well past the second reminder's slot
             relay.stop()
             summary = await runner
         return summary.cancelled

@@ -249,15 +249,27 @@ def test_claims_stay_within_the_bots_rate_limit_and_stop_during_flood_control() 
     assert sizing.plan(0.0, in_flight=4, written=0) == ClaimPlan(0, 3.0)
 
 
-def test_a_pause_announced_by_another_relay_is_taken_only_when_it_makes_sense() -> None:
-    def paused_for(payload: str) -> float:
+def test_a_pause_read_from_the_queue_state_is_taken_only_when_it_makes_sense() -> None:
+    def paused_for(seconds: float) -> float:
         flood = FloodControl(RateLimiter(), schema="public")
-        flood.heard(payload, now=100.0)
+        flood.read(seconds, now=100.0)
         return flood.paused_for(100.0)
 
-    assert paused_for("3") == 3.0
-    for garbled in ("", "soon", "-5", "0", "nan", "1e9"):
+    assert paused_for(3.0) == 3.0
+    for garbled in (-5.0, 0.0, float("nan"), 1e9):
         assert paused_for(garbled) == 0.0, garbled
+
+
+def test_telegrams_retry_after_is_capped() -> None:
+    import telegram as tg
+
+    from outbox.classify import MAX_FLOOD_PAUSE, classify
+
+    assert classify(tg.error.RetryAfter(7)).retry_after == 7.0
+    assert classify(tg.error.RetryAfter(10**9)).retry_after == MAX_FLOOD_PAUSE
+    flood = FloodControl(RateLimiter(), schema="public")
+    flood.flooded(10**9, now=0.0)
+    assert flood.paused_for(0.0) == MAX_FLOOD_PAUSE
 
 
 def test_a_booking_given_back_leaves_no_phantom_slot_or_chat_spacing() -> None:

@@ -12,6 +12,7 @@ listener and maintenance stop. A second ``stop()`` cuts the grace short.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 
@@ -45,7 +46,9 @@ class Relay:
     ) -> None:
         self.config = config
         self._sender = sender
-        self._limiter = limiter or RateLimiter(config.rate_limits)
+        # The bot's send slots are reserved in the database by every claim, for the whole fleet
+        # (outbox.queries.claim_due): this relay's limiter keeps the pause and the chats only.
+        self._limiter = limiter or RateLimiter(dataclasses.replace(config.rate_limits, per_bot=0))
         self._stopping = asyncio.Event()  # no new claims, no new sends
         self._hurry = asyncio.Event()  # a second stop: no more grace
         self._fatal: BaseException | None = None
@@ -55,11 +58,12 @@ class Relay:
         url = config.database_url
         self._claim_connection = Connection(url, "claim", self._stopping, prepare=prepare)
         self._record_connection = Connection(url, "record", self._stopping, prepare=prepare)
-        self.flood = FloodControl(self._limiter, schema=config.schema)
+        self.flood = FloodControl(self._limiter, schema=config.schema, queues=config.queues)
         self.claimer = Claimer(
             self._claim_connection,
             config,
             limiter=self._limiter,
+            flood=self.flood,
             total=self._total,
             stopping=self._stopping,
         )
@@ -232,10 +236,12 @@ class Relay:
         )
 
     def _heard_pause(self, notify: psycopg.Notify) -> None:
-        """Another relay was asked to wait: Telegram's limit is the bot's, so wait as well."""
+        """Another relay wrote a pause: claim (and so read the queue's state) at once. The
+        payload is not believed: only the state row, which the outbox's code writes, pauses."""
         if notify.pid == self._record_connection.backend_pid:
             return  # this relay's own announcement
-        self.flood.heard(notify.payload, asyncio.get_running_loop().time())
+        if notify.payload in self.config.queues:
+            self.claimer.wakeup.set()
 
     def _fail(self, err: BaseException) -> None:
         """Stop the relay because of ``err``; ``run`` raises it once the relay has stopped."""

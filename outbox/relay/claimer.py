@@ -15,12 +15,13 @@ from dataclasses import dataclass
 
 from outbox import queries
 from outbox.config import RelayConfig
-from outbox.ratelimit import RateLimiter
+from outbox.ratelimit import RateLimiter, RateLimits
 from outbox.relay.connection import DB_LOST, Connection
-from outbox.relay.send_pool import RECHECK_AFTER, SendPool
+from outbox.relay.flood import FloodControl
+from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, SendPool
 from outbox.relay.summary import RunSummary
 
-__all__ = ["ClaimPlan", "Claimer"]
+__all__ = ["ClaimPlan", "Claimer", "fleet_limits"]
 
 # Rows claimed ahead of the free send slots should start well within RECHECK_AFTER, so the
 # claimer claims ahead only what it starts within half of it at the rate its slots have been
@@ -53,10 +54,16 @@ class Claimer:
         limiter: RateLimiter,
         total: RunSummary,
         stopping: asyncio.Event,
+        flood: FloodControl | None = None,
     ) -> None:
         self._connection = connection
         self._config = config
         self._limiter = limiter
+        self._flood = flood or FloodControl(limiter, schema=config.schema, queues=config.queues)
+        self._claim_limits = fleet_limits(config.rate_limits, config.slot_horizon)
+        self._queues_known = False  # the queues' state rows exist
+        self._held = False  # due rows wait for their chat, the bot's budget or a pause
+        self._next_queue = 0
         self._total = total
         self._stopping = stopping
         self.wakeup = asyncio.Event()
@@ -136,7 +143,7 @@ class Claimer:
                 next_due = await self.next_due(
                     claimed=bool(rows), deferred_until=pool.deferred_until
                 )
-                nothing_due = next_due is None or next_due > 0
+                nothing_due = next_due is None or (next_due > 0 and not self._held)
                 deferred_done = pool.deferred_until + _DEFER_SLACK <= loop.time()
                 if drain and not pool.in_flight and nothing_due and deferred_done:
                     return
@@ -149,10 +156,28 @@ class Claimer:
     # --- database steps, each surviving a lost connection -----------------------------------
 
     async def claim(self, limit: int) -> list[queries.ClaimedRow]:
+        """Claim up to ``limit`` rows from this relay's queues, the first one in turn first."""
+        rows: list[queries.ClaimedRow] = []
+        queues = self._config.queues
+        self._next_queue = (self._next_queue + 1) % len(queues)
+        for k in range(len(queues)):
+            queue = queues[(self._next_queue + k) % len(queues)]
+            rows += await self._claim_from(queue, limit - len(rows))
+            if len(rows) >= limit or self._stopping.is_set():
+                break
+        return rows
+
+    async def _claim_from(self, queue: str, limit: int) -> list[queries.ClaimedRow]:
+        schema = self._config.schema
         while True:
             conn = await self._connection.get()
             try:
-                rows = await queries.claim_due(conn, limit, schema=self._config.schema)
+                if not self._queues_known:
+                    await queries.ensure_queues(conn, self._config.queues, schema=schema)
+                    self._queues_known = True
+                rows = await queries.claim_due(
+                    conn, limit, schema=schema, queue=queue, limits=self._claim_limits
+                )
             except DB_LOST as err:
                 self._connection.lost(err, conn)
                 if self._stopping.is_set():
@@ -188,8 +213,25 @@ class Claimer:
 
     async def _seconds_until_next_due(self) -> float | None:
         conn = await self._connection.get()
+        config = self._config
         try:
-            return await queries.seconds_until_next_due(conn, schema=self._config.schema)
+            timing = await queries.queue_timing(
+                conn, config.queues, schema=config.schema, horizon=config.slot_horizon
+            )
         except DB_LOST as err:
             self._connection.lost(err, conn)
             return 0.0
+        self._held = timing.due_now
+        if timing.paused:
+            # Another relay of the bot (or this one) was told to wait: so is this one.
+            self._flood.read(timing.paused, asyncio.get_running_loop().time())
+        return timing.next_due
+
+
+def fleet_limits(limits: RateLimits, horizon: float) -> queries.ClaimLimits:
+    """The limits the claim keeps for every relay of the bot together."""
+    # A send may go up to LATE_FOR_SLOT after its slot: each chat's spacing allows for that.
+    margin = limits.chat_margin + LATE_FOR_SLOT
+    chat = 1.0 / limits.per_chat + margin if limits.per_chat > 0 else 0.0
+    group = 60.0 / limits.per_group_per_minute + margin if limits.per_group_per_minute > 0 else 0.0
+    return queries.ClaimLimits(limits.per_bot, chat, group, horizon)

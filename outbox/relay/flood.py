@@ -1,4 +1,11 @@
-"""Flood control: Telegram's 429 pauses the whole bot, in this relay and in the others."""
+"""Flood control: Telegram's 429 pauses the whole bot, in this relay and in the others.
+
+The pause is shared through the queue's state row (``navbat_holati.pauza_tugashi``), written
+only by the outbox's own code; every relay reads it when it claims, ``--poll-only`` ones too.
+NOTIFY on the pause channel only wakes the listening relays so that they read it at once: its
+payload is never believed, so whoever can connect cannot pause the bot with a forged one.
+Pauses are capped at ``MAX_FLOOD_PAUSE`` (10 minutes), Telegram's ``retry_after`` included.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +14,33 @@ import logging
 import psycopg
 
 from outbox import queries
+from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.errors import OutboxError
 from outbox.ratelimit import RateLimiter
 from outbox.relay.connection import DB_LOST, Connection
+from outbox.schema import DEFAULT_QUEUE
 
-__all__ = ["MAX_PEER_PAUSE", "FloodControl"]
+__all__ = ["MAX_FLOOD_PAUSE", "MAX_PEER_PAUSE", "FloodControl"]
 
 log = logging.getLogger("outbox.relay")
 
-# A pause announced by another relay longer than this is not believed (a garbled payload).
-MAX_PEER_PAUSE = 3600.0
+MAX_PEER_PAUSE = MAX_FLOOD_PAUSE  # the name older code used
+_NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is another's
 
 
 class FloodControl:
     """The bot's pause, kept in the rate limiter that every send books its slot with.
 
-    A 429 pauses this relay at once and is announced to the other relays (NOTIFY on the pause
-    channel) with the next write; a pause another relay announces pauses this one too.
+    A 429 pauses this relay at once and is written to the queue's state (with the next write of
+    outcomes), where the other relays read it; a pause read there pauses this relay too.
     """
 
-    def __init__(self, limiter: RateLimiter, *, schema: str) -> None:
+    def __init__(
+        self, limiter: RateLimiter, *, schema: str, queues: tuple[str, ...] = (DEFAULT_QUEUE,)
+    ) -> None:
         self._limiter = limiter
         self._schema = schema
+        self._queues = queues
         self._to_announce = 0.0  # seconds, not yet told to the other relays
 
     def paused_for(self, now: float) -> float:
@@ -36,30 +48,30 @@ class FloodControl:
 
     def flooded(self, retry_after: float, now: float) -> None:
         """Telegram answered 429: every send of this bot waits, and the other relays are told."""
-        self._limiter.pause(retry_after, now)
-        self._to_announce = max(self._to_announce, retry_after)
-
-    def heard(self, payload: str, now: float) -> bool:
-        """Another relay announced a pause (``payload``: seconds); True if it was taken."""
-        try:
-            seconds = float(payload)
-        except ValueError:
-            return False
-        if not 0 < seconds <= MAX_PEER_PAUSE:  # also refuses nan
-            return False
+        seconds = min(retry_after, MAX_FLOOD_PAUSE)
         self._limiter.pause(seconds, now)
-        log.warning("flood control: another relay must wait %g s; this one waits too", seconds)
-        return True
+        self._to_announce = max(self._to_announce, seconds)
+
+    def read(self, seconds: float, now: float) -> bool:
+        """The queue's state says the bot is paused for ``seconds``; True if that is news."""
+        if not 0 < seconds <= MAX_FLOOD_PAUSE:  # also refuses nan
+            return False
+        # This relay's own pause reads back a moment longer (written after it began).
+        news = self._limiter.paused_for(now) < seconds - _NEWS
+        self._limiter.pause(seconds, now)
+        if news:
+            log.warning("flood control: the bot must wait %.1f s (shared by its relays)", seconds)
+        return news
 
     async def announce(self, connection: Connection) -> None:
-        """Tell the other relays about a pause this relay got, if there is one to tell."""
+        """Write a pause this relay got to the queue's state, if there is one to write."""
         if not self._to_announce:
             return
         seconds, self._to_announce = self._to_announce, 0.0
         conn = None
         try:
             conn = await connection.get()
-            await queries.announce_pause(conn, seconds, schema=self._schema)
+            await queries.announce_pause(conn, seconds, schema=self._schema, queues=self._queues)
         except (psycopg.Error, OutboxError) as err:
             # Best effort: the other relays find out from Telegram instead, one 429 each.
             log.warning("could not tell the other relays about flood control: %s", err)

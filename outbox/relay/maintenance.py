@@ -31,12 +31,14 @@ class Reaper:
 
     async def run_once(self, conn: AsyncConn) -> dict[str, int]:
         """Rows reaped, by the state they went to."""
-        return await queries.reap_stale(
+        reaped = await queries.reap_stale(
             conn,
             schema=self.schema,
             lease_seconds=self.lease_seconds,
             max_attempts=self.max_attempts,
         )
+        await queries.forget_idle_chats(conn, schema=self.schema)
+        return reaped
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,13 +19,16 @@ from outbox.retry import RetryPolicy, decide
 from outbox.states import State
 from outbox.telegram import Sender, SentMessage, send_message_args
 
-__all__ = ["SendPool"]
+__all__ = ["LATE_FOR_SLOT", "SendPool"]
 
 log = logging.getLogger("outbox.relay")
 
 # A claimed row that waited longer than this (for a send slot or a rate limit) is checked
 # before sending: the app may have withdrawn it meanwhile (outbox.cancel).
 RECHECK_AFTER = 0.05
+# A row whose reserved send slot passed longer ago than this is not sent in it (a busy event
+# loop, a slow database answer); the chat spacing the claim keeps includes this much.
+LATE_FOR_SLOT = 0.1
 
 _CUT_OFF = Failure(
     FailureKind.TRANSIENT,
@@ -152,6 +155,11 @@ class SendPool:
             self._fail(row, classify(err))
             return
         loop = asyncio.get_running_loop()
+        if row.wait > 0:
+            kept_at = await self._keep_slot(row, claimed_at + row.wait)
+            if kept_at is None:
+                return
+            claimed_at = kept_at  # checked just now
         while True:
             chat_id = args["chat_id"]
             # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
@@ -198,6 +206,36 @@ class SendPool:
                 return
             self._mark_sent(row, sent)
             return
+
+    async def _keep_slot(self, row: queries.ClaimedRow, at: float) -> float | None:
+        """Wait for the send slot the claim reserved for the fleet (loop time ``at``), checking
+        a moment before that the app did not withdraw the row. The time it was checked; None
+        if the row is dealt with (withdrawn, handed back)."""
+        if not await self._wait_until(at - RECHECK_AFTER):
+            self._release(row)  # stopping before its send slot came
+            return None
+        if not await self._still_claimed(row):
+            self._total.cancelled += 1
+            return None
+        if not await self._wait_until(at):
+            self._release(row)
+            return None
+        now = asyncio.get_running_loop().time()
+        if now > at + LATE_FOR_SLOT:
+            # Sent now it would crowd the slots of the bot's other relays, or its chat's next
+            # message: back to the queue, to be claimed with a new slot.
+            self._total.deferred += 1
+            self._hand_back(row, 0.0)
+            return None
+        return now
+
+    async def _wait_until(self, at: float) -> bool:
+        """Wait for the send slot the claim reserved (loop time ``at``); False if stopping."""
+        delay = at - asyncio.get_running_loop().time()
+        if delay > 0:
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._stopping.wait(), delay)
+        return not self._stopping.is_set()
 
     async def _wait_for_turn(self, chat_id: int | str) -> Booking | None:
         """Book a slot with the rate limits and wait for it; None if the relay is stopping."""

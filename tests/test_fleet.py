@@ -1,0 +1,282 @@
+"""A fleet of relays: Telegram's limits and flood pause shared through PostgreSQL, queues per
+bot. Relays are real processes; Telegram is the fake Bot API, enforcing its limits where said."""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+import sqlalchemy as sa
+
+from outbox import enqueue
+from outbox.classify import MAX_FLOOD_PAUSE
+from outbox.fake_telegram import FakeTelegram
+from outbox.queries import announce_pause, queue_timing
+from outbox.schema import pause_channel
+from tests.conftest import TEST_TOKEN
+from tests.support import Relays, relay_env, row, states, wait_until
+
+# Telegram's limits as the relay keeps them by default.
+LIMITS = {
+    "OUTBOX_RATE_LIMIT": "29",
+    "OUTBOX_CHAT_RATE_LIMIT": "1",
+    "OUTBOX_GROUP_RATE_LIMIT": "20",
+}
+
+
+def text(chat: int, n: int = 0) -> dict[str, object]:
+    return {"chat_id": chat, "text": f"eslatma {chat}/{n}"}
+
+
+@pytest.fixture
+def strict_fake() -> Iterator[FakeTelegram]:
+    """The fake Bot API enforcing 30/s per bot, 1/s per chat, 20/min per group."""
+    fake = FakeTelegram(token=TEST_TOKEN, enforce_limits=True).start_in_thread()
+    yield fake
+    fake.stop_thread()
+
+
+def test_three_relays_keep_the_bots_limits_together(
+    engine: sa.Engine, db_url: str, strict_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    chats = range(5000, 5090)
+    with engine.begin() as conn:
+        for chat in chats:  # a chat's two messages next to each other
+            for n in range(2):
+                enqueue(conn, key=f"m{chat}-{n}", payload=text(chat, n))
+    expected = 2 * len(chats)
+    env = relay_env(db_url, strict_fake.api_url, **LIMITS)
+    with Relays(env, tmp_path).running() as fleet:
+        started = [fleet.start() for _ in range(3)]
+        wait_until(
+            lambda: states(engine)["bajarildi"] == expected,
+            60,
+            "every message sent",
+            explain=fleet.describe,
+        )
+        for relay in started:
+            assert relay.stop() == 0, fleet.describe()
+    stats = strict_fake.stats()
+    texts = collections.Counter(d.text for d in strict_fake.delivered)
+    assert len(texts) == expected and set(texts.values()) == {1}, "a message sent twice"
+    refused = [(r.chat_id, round(r.at, 3)) for r in strict_fake.requests if r.status == 429]
+    sends = {}
+    for r in strict_fake.requests:
+        sends.setdefault(r.chat_id, []).append(round(r.at, 3))
+    detail = [(c, sends[c]) for c, _ in refused]
+    assert stats["rejected_429"] <= 0.01 * stats["requests"], (stats, detail)
+    # Every relay took part: the limits are the fleet's, not one relay's.
+    assert all("sent" in relay.stdout for relay in started), fleet.describe()
+
+
+def test_a_relay_killed_holding_send_slots_holds_back_the_others_briefly(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    rate, horizon = 2.0, 3.0  # slots 0.5 s apart, reserved up to 3 s ahead
+    settings = {"OUTBOX_RATE_LIMIT": f"{rate:g}", "OUTBOX_SLOT_HORIZON": f"{horizon:g}s"}
+    with engine.begin() as conn:
+        for chat in range(6000, 6020):
+            enqueue(conn, key=f"k{chat}", payload=text(chat))
+    doomed = relays.start(**settings)
+    wait_until(lambda: states(engine)["bajarilmoqda"] >= 5, 20, "claims", explain=relays.describe)
+    doomed.signal(signal.SIGKILL)
+    doomed.wait()
+    # What the dead relay holds of the bot's budget ends within the horizon (and one slot).
+    with engine.connect() as conn:
+        held = conn.execute(
+            sa.text(
+                "SELECT extract(epoch FROM keyingi_slot - now()) FROM navbat_holati "
+                "WHERE navbat = 'default'"
+            )
+        ).scalar_one()
+    assert 0 < held <= horizon + 1 / rate
+    sent_before = fake_telegram.count()
+    with engine.begin() as conn:
+        enqueue(conn, key="after", payload=text(6100))
+    relays.start(**settings)
+    # The survivor sends the new row and the dead relay's unclaimed rows without waiting for
+    # the dead relay's claims (those wait for the lease).
+    wait_until(
+        lambda: row(engine, "after")["holat"] == "bajarildi",
+        20,
+        "the other relay to send",
+        explain=relays.describe,
+    )
+    assert fake_telegram.count() > sent_before
+
+
+def test_a_forged_notify_pauses_nothing(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    relay = relays.start()
+    wait_until(
+        lambda: "listen connection to the database is up" in relay.stderr,
+        20,
+        "the relay listening",
+        explain=relays.describe,
+    )
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("SELECT pg_notify(%s, '3600')", (pause_channel("public"),))
+        conn.execute("SELECT pg_notify(%s, 'default')", (pause_channel("public"),))
+    with engine.begin() as conn:
+        enqueue(conn, key="not-paused", payload=text(7000))
+    wait_until(
+        lambda: row(engine, "not-paused")["holat"] == "bajarildi",
+        20,
+        "the message sent (no pause)",
+        explain=relays.describe,
+    )
+    assert "flood control" not in relay.stderr
+
+
+def test_a_poll_only_relay_keeps_a_pause_written_to_the_queue_state(
+    engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    relay = relays.start(OUTBOX_POLL_ONLY="1")
+
+    async def pause(seconds: float) -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await announce_pause(conn, seconds, schema="public")
+
+    with engine.begin() as conn:
+        enqueue(conn, key="warm-up", payload=text(7100))
+    wait_until(lambda: fake_telegram.count() == 1, 20, "warm-up", explain=relays.describe)
+    paused_at = time.monotonic()
+    asyncio.run(pause(3.0))
+    with engine.begin() as conn:
+        for chat in range(7101, 7106):
+            enqueue(conn, key=f"p{chat}", payload=text(chat))
+    wait_until(lambda: fake_telegram.count() == 6, 20, "the rest", explain=relays.describe)
+    assert all(d.at >= paused_at + 2.9 for d in fake_telegram.delivered[1:])
+    assert "flood control: the bot must wait" in relay.stderr, relays.describe()
+
+
+def test_a_pause_read_from_the_queue_state_is_capped(engine: sa.Engine, db_url: str) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO navbat_holati (navbat, pauza_tugashi) "
+                "VALUES ('default', now() + interval '1 year')"
+            )
+        )
+
+    async def read() -> float:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            return (await queue_timing(conn, ["default"], schema="public", horizon=1.0)).paused
+
+    assert asyncio.run(read()) == MAX_FLOOD_PAUSE
+
+
+def test_two_bots_on_one_database_each_relay_sends_only_its_own_rows(
+    engine: sa.Engine, db_url: str, tmp_path: Path
+) -> None:
+    tokens = {"bot1": "111:first-bot-token", "bot2": "222:second-bot-token"}
+    fakes = {q: FakeTelegram(token=t).start_in_thread() for q, t in tokens.items()}
+    try:
+        with engine.begin() as conn:
+            for queue in tokens:
+                for chat in range(8000, 8010):
+                    enqueue(conn, key=f"{queue}-{chat}", payload=text(chat), queue=queue)
+            enqueue(conn, key="nobodys", payload=text(8100))  # the default queue: not served
+        with Relays(relay_env(db_url, ""), tmp_path).running() as fleet:
+            for queue, fake in fakes.items():
+                fleet.start(
+                    OUTBOX_QUEUES=queue,
+                    TELEGRAM_BOT_TOKEN=tokens[queue],
+                    OUTBOX_TELEGRAM_API_URL=fake.api_url,
+                )
+            wait_until(
+                lambda: states(engine)["bajarildi"] == 20,
+                30,
+                "both bots' messages sent",
+                explain=fleet.describe,
+            )
+        for fake in fakes.values():
+            assert len(fake.delivered) == 10
+        with engine.connect() as conn:
+            for queue, fake in fakes.items():
+                own = conn.execute(
+                    sa.text("SELECT payload->>'text' FROM outbox WHERE navbat = :q"), {"q": queue}
+                ).scalars()
+                assert {d.text for d in fake.delivered} == set(own)
+        assert row(engine, "nobodys")["holat"] == "kutmoqda"
+    finally:
+        for fake in fakes.values():
+            fake.stop_thread()
+
+
+def test_the_lessons_plain_insert_lands_in_the_default_queue(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text('INSERT INTO outbox (payload) VALUES (\'{"chat_id": 1, "text": "a"}\')')
+        )
+        assert conn.execute(sa.text("SELECT navbat FROM outbox")).scalar_one() == "default"
+
+
+def test_status_list_and_replay_take_a_queue(engine: sa.Engine, db_url: str) -> None:
+    from outbox import api
+
+    with engine.begin() as conn:
+        for queue in ("bot1", "bot2"):
+            for n in range(2):
+                enqueue(conn, key=f"{queue}-{n}", payload=text(9000 + n), queue=queue)
+        conn.execute(sa.text("UPDATE outbox SET holat = 'xato' WHERE kalit LIKE '%-1'"))
+    with engine.begin() as conn:
+        status = api.queue_status(conn, queue="bot1")
+        assert (status.counts["kutmoqda"], status.counts["xato"]) == (1, 1)
+        assert api.queue_status(conn).counts["xato"] == 2
+        listed = api.list_messages(conn, queue="bot2")
+        assert {m.key for m in listed} == {"bot2-0", "bot2-1"}
+        replayed = api.replay(conn, None, queue="bot1")
+        assert [r.replayed for r in replayed] == [True]
+    assert row(engine, "bot1-1")["holat"] == "kutmoqda"
+    assert row(engine, "bot2-1")["holat"] == "xato"
+    done = subprocess.run(
+        [sys.executable, "-m", "outbox.cli", "status", "--queue", "bot2", "--json"],
+        env={**os.environ, "OUTBOX_DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert json.loads(done.stdout)["holat"]["xato"] == 1, done.stderr
+    bad = subprocess.run(
+        [sys.executable, "-m", "outbox.cli", "list", "--queue", "no way"],
+        env={**os.environ, "OUTBOX_DATABASE_URL": db_url},
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr
+
+
+def test_the_reaper_forgets_chats_idle_for_a_minute(engine: sa.Engine, db_url: str) -> None:
+    from outbox.relay.maintenance import Reaper
+
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO chat_navbati (navbat, chat, keyingi) VALUES "
+                "('default', '1', now() - interval '2 minutes'), ('default', '2', now())"
+            )
+        )
+
+    async def reap() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await Reaper(schema="public", lease_seconds=300, max_attempts=3).run_once(conn)
+
+    asyncio.run(reap())
+    with engine.connect() as conn:
+        left = conn.execute(sa.text("SELECT chat FROM chat_navbati")).scalars().all()
+    assert left == ["2"]
