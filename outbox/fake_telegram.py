@@ -96,6 +96,7 @@ class Delivered:
     wall: float  # time.time() when accepted
     parse_mode: str | None
     reply_markup: dict[str, Any] | None = None  # the inline keyboard, as Telegram's JSON
+    bot_id: int = 0  # the numeric part of the token that sent it: which bot (or test relay)
 
 
 @dataclass(frozen=True, slots=True)
@@ -886,7 +887,16 @@ class FakeTelegram:
         with self._lock:
             message_id = self._next_message_id(chat_id)
             self._delivered.append(
-                Delivered(chat_id, text, message_id, time.monotonic(), wall, parse_mode, markup)
+                Delivered(
+                    chat_id,
+                    text,
+                    message_id,
+                    time.monotonic(),
+                    wall,
+                    parse_mode,
+                    markup,
+                    int(token.split(":", 1)[0]),
+                )
             )
             message: dict[str, Any] = {
                 "message_id": message_id,
