@@ -23,7 +23,7 @@ from bench.harness import TOKEN, FakeBotApi, Figure, Options, Server, counts, fi
 from outbox.config import DEFAULT_CONCURRENCY, RelayConfig
 from outbox.ratelimit import RateLimits
 from outbox.relay import Relay
-from outbox.telegram import Sender, SentMessage, TelegramSender
+from outbox.telegram import Sender, SentMessage, TelegramSender, bot_id_of
 
 CHAT_BASE = 1_000_000
 IN_FLIGHT = DEFAULT_CONCURRENCY  # the relay's default number of sends in flight
@@ -35,6 +35,7 @@ class _PlainSender:
     def __init__(self, api_url: str, pool_size: int) -> None:
         request = HTTPXRequest(connection_pool_size=pool_size, pool_timeout=5.0)
         self._bot = Bot(TOKEN, base_url=api_url + "/bot", request=request)
+        self.bot_id = bot_id_of(TOKEN)
 
     async def start(self) -> None:
         await self._bot.initialize()

@@ -59,7 +59,7 @@ class RelayConfig:
     max_chat_hold: float = 1.5
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     rate_limits: RateLimits = field(default_factory=RateLimits)
-    # The queues (bots) this relay serves: every one with this relay's bot token.
+    # The queues this relay serves, all of its one bot (the token): they share its limits.
     queues: tuple[str, ...] = (DEFAULT_QUEUE,)
     # How far ahead a claim may reserve the bot's send slots for the fleet: a relay that dies
     # holding them holds back the others' sends this long at most.

@@ -31,7 +31,13 @@ from sqlalchemy.orm import Session
 
 from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.payload import UnreadablePayload, read_json
-from outbox.schema import DEFAULT_QUEUE, maintenance_lock_key, notify_channel, pause_channel
+from outbox.schema import (
+    DEFAULT_BOT,
+    DEFAULT_QUEUE,
+    maintenance_lock_key,
+    notify_channel,
+    pause_channel,
+)
 
 __all__ = [
     "Activity",
@@ -54,7 +60,7 @@ __all__ = [
     "count_failed",
     "count_prunable",
     "enqueue",
-    "ensure_queues",
+    "ensure_bot",
     "failed_kinds",
     "finished_per_minute",
     "forget_idle_chats",
@@ -92,7 +98,7 @@ def _sql(template: str, schema: str) -> str:
     return template.format(
         outbox=f'"{schema}".outbox',
         yuborilgan=f'"{schema}".yuborilgan',
-        navbat_holati=f'"{schema}".navbat_holati',
+        bot_holati=f'"{schema}".bot_holati',
         chat_navbati=f'"{schema}".chat_navbati',
         notify_channel=notify_channel(schema),
         pause_channel=pause_channel(schema),
@@ -246,12 +252,12 @@ class ClaimLimits(NamedTuple):
 # alone, is charged for it (reap_stale), and ends xato, while its batch mates go out.
 _CLAIM_DUE = """
 WITH q AS (
-    -- The queue's shared state. With a per-bot limit it is locked, so that the claims of every
-    -- relay of the bot take their send slots one after the other.
+    -- The bot's shared state (all its queues). With a per-bot limit it is locked, so that the
+    -- claims of every relay of the bot take their send slots one after the other.
     -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
     SELECT greatest(clock_timestamp(), keyingi_slot) AS base, pauza_tugashi > now() AS paused,
            clock_timestamp() AS t0
-    FROM {navbat_holati} WHERE navbat = %(navbat)s
+    FROM {bot_holati} WHERE bot = %(bot)s
     {lock}
 ),
 room AS (
@@ -309,11 +315,11 @@ timed AS (
 chats AS (
     -- Each chat's next free moment. The condition is checked against the newest version of
     -- the chat's row: a claim that waited for another relay's does not double-book the chat.
-    INSERT INTO {chat_navbati} AS c (navbat, chat, keyingi)
-    SELECT %(navbat)s, chat, send_at + make_interval(secs => CASE WHEN chat ~ '^[0-9]+$'
+    INSERT INTO {chat_navbati} AS c (bot, chat, keyingi)
+    SELECT %(bot)s, chat, send_at + make_interval(secs => CASE WHEN chat ~ '^[0-9]+$'
                                                           THEN %(chat_gap)s ELSE %(group_gap)s END)
     FROM timed WHERE chat IS NOT NULL AND %(chat_on)s
-    ON CONFLICT (navbat, chat) DO UPDATE SET keyingi = excluded.keyingi
+    ON CONFLICT (bot, chat) DO UPDATE SET keyingi = excluded.keyingi
     WHERE c.keyingi <= excluded.keyingi - make_interval(
         secs => CASE WHEN c.chat ~ '^[0-9]+$' THEN %(chat_gap)s ELSE %(group_gap)s END)
     RETURNING chat
@@ -323,10 +329,10 @@ taken AS (
     WHERE chat IS NULL OR NOT %(chat_on)s OR chat IN (SELECT chat FROM chats)
 ),
 bump AS (
-    UPDATE {navbat_holati} h
+    UPDATE {bot_holati} h
     SET keyingi_slot = (SELECT base FROM q)
                        + make_interval(secs => (SELECT count(*) FROM timed) / %(rate)s)
-    WHERE h.navbat = %(navbat)s AND %(rate)s > 0 AND EXISTS (SELECT 1 FROM timed)
+    WHERE h.bot = %(bot)s AND %(rate)s > 0 AND EXISTS (SELECT 1 FROM timed)
 )
 UPDATE {outbox} o
 SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
@@ -365,7 +371,7 @@ def claim_holder() -> str:
 # enough, and this probe per row would cost a third of the claim.
 _BUSY_CHATS = """
     WHERE NOT EXISTS (SELECT 1 FROM {chat_navbati} c
-                      WHERE c.navbat = %(navbat)s AND c.chat = f.chat AND c.keyingi > now())
+                      WHERE c.bot = %(bot)s AND c.chat = f.chat AND c.keyingi > now())
 """
 
 
@@ -382,16 +388,19 @@ async def claim_due(
     *,
     schema: str,
     queue: str = DEFAULT_QUEUE,
+    bot: str = DEFAULT_BOT,
     limits: ClaimLimits = ClaimLimits(),  # noqa: B008 - an immutable tuple
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows of ``queue`` in one statement; other relays skip them.
 
-    With ``limits``, each row comes with its send slot (``wait``), reserved for the fleet.
+    With ``limits``, each row comes with its send slot (``wait``), reserved in the budget of
+    ``bot`` (shared by every queue and relay of that bot).
     """
     params = {
         "limit": limit,
         "holder": claim_holder(),
         "navbat": queue,
+        "bot": bot,
         "rate": float(limits.per_bot),
         "chat_on": bool(limits.chat_gap or limits.group_gap),
         "chat_gap": float(limits.chat_gap),
@@ -408,15 +417,12 @@ async def claim_due(
     ]
 
 
-_ENSURE_QUEUE = """
-INSERT INTO {navbat_holati} (navbat) SELECT unnest(%(queues)s::text[])
-ON CONFLICT (navbat) DO NOTHING
-"""
+_ENSURE_BOT = "INSERT INTO {bot_holati} (bot) VALUES (%(bot)s) ON CONFLICT (bot) DO NOTHING"
 
 
-async def ensure_queues(conn: AsyncConn, queues: Sequence[str], *, schema: str) -> None:
-    """Create the shared state rows of ``queues`` (a claim finds the bot's budget there)."""
-    await conn.execute(_sql(_ENSURE_QUEUE, schema), {"queues": list(queues)})
+async def ensure_bot(conn: AsyncConn, bot: str, *, schema: str) -> None:
+    """Create the shared state row of ``bot`` (a claim finds the bot's budget there)."""
+    await conn.execute(_sql(_ENSURE_BOT, schema), {"bot": bot})
 
 
 class Outcome(NamedTuple):
@@ -540,31 +546,30 @@ async def seconds_until_next_due(conn: AsyncConn, *, schema: str) -> float | Non
     return None if row is None or row[0] is None else float(row[0])
 
 
-# The pause lives in the queue's state row, which only the outbox's own code writes; the
-# NOTIFY after it only wakes the other relays to read it (a forged NOTIFY pauses nothing).
+# The pause lives in the bot's state row, which only the outbox's own code writes; the NOTIFY
+# after it only wakes the other relays to read it (a forged NOTIFY pauses nothing).
 _ANNOUNCE_PAUSE = """
 WITH paused AS (
-    INSERT INTO {navbat_holati} AS h (navbat, pauza_tugashi)
-    SELECT q, now() + make_interval(secs => %(seconds)s) FROM unnest(%(queues)s::text[]) q
-    ON CONFLICT (navbat) DO UPDATE
+    INSERT INTO {bot_holati} AS h (bot, pauza_tugashi)
+    VALUES (%(bot)s, now() + make_interval(secs => %(seconds)s))
+    ON CONFLICT (bot) DO UPDATE
     SET pauza_tugashi = greatest(h.pauza_tugashi, excluded.pauza_tugashi)
-    RETURNING navbat
+    RETURNING bot
 )
-SELECT pg_notify('{pause_channel}', navbat) FROM paused
+SELECT pg_notify('{pause_channel}', bot) FROM paused
 """
 
 
 async def announce_pause(
-    conn: AsyncConn, seconds: float, *, schema: str, queues: Sequence[str] = (DEFAULT_QUEUE,)
+    conn: AsyncConn, seconds: float, *, schema: str, bot: str = DEFAULT_BOT
 ) -> None:
-    """Pause ``queues`` for every relay: Telegram asked this bot to wait ``seconds``."""
-    params = {"seconds": float(seconds), "queues": list(queues)}
-    await conn.execute(_sql(_ANNOUNCE_PAUSE, schema), params)
+    """Pause ``bot`` for every relay: Telegram asked this bot to wait ``seconds``."""
+    await conn.execute(_sql(_ANNOUNCE_PAUSE, schema), {"seconds": float(seconds), "bot": bot})
 
 
 class QueueTiming(NamedTuple):
     next_due: float | None  # seconds until a claim may find work (<= 0: now); None: no work
-    paused: float  # seconds the bot is paused for, as the queue's state says (0: not paused)
+    paused: float  # seconds the bot is paused for, as its state row says (0: not paused)
     due_now: bool = False  # a row is due by its own time (it may wait for its chat or the bot)
 
 
@@ -586,17 +591,17 @@ CROSS JOIN LATERAL (
     FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
           WHERE holat = 'kutmoqda' AND navbat = q.navbat
           ORDER BY keyingi_urinish, id LIMIT 64) p
-    LEFT JOIN {chat_navbati} c ON c.navbat = q.navbat AND c.chat = p.chat
+    LEFT JOIN {chat_navbati} c ON c.bot = %(bot)s AND c.chat = p.chat
 ) d
-LEFT JOIN {navbat_holati} h ON h.navbat = q.navbat
+LEFT JOIN {bot_holati} h ON h.bot = %(bot)s
 """
 
 
 async def queue_timing(
-    conn: AsyncConn, queues: Sequence[str], *, schema: str, horizon: float
+    conn: AsyncConn, queues: Sequence[str], *, schema: str, horizon: float, bot: str = DEFAULT_BOT
 ) -> QueueTiming:
     """When ``queues`` may have work for a claim, and how long their bot is paused."""
-    params = {"queues": list(queues), "horizon": float(horizon)}
+    params = {"queues": list(queues), "horizon": float(horizon), "bot": bot}
     cursor = await conn.execute(_sql(_QUEUE_TIMING, schema), params)
     row = await cursor.fetchone()
     if row is None:

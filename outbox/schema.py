@@ -16,6 +16,7 @@ import zlib
 from outbox.errors import ConfigError, OutboxError, SchemaMismatch, SchemaMissing
 
 __all__ = [
+    "DEFAULT_BOT",
     "DEFAULT_QUEUE",
     "DEFAULT_SCHEMA",
     "KNOWN_REVISIONS",
@@ -55,6 +56,9 @@ def validate_schema(name: str) -> str:
 
 # A row's queue (navbat): one bot's messages. The table's constraint (outbox_0003) says the same.
 DEFAULT_QUEUE = "default"
+# The key of the limits and flood pause shared by a bot's relays when the sender names no bot
+# (a Telegram sender names its bot by the token's public numeric part).
+DEFAULT_BOT = "default"
 _QUEUE_NAME = re.compile(r"[A-Za-z0-9_.-]{1,64}")
 
 

@@ -17,6 +17,7 @@ from telegram.request import BaseRequest, HTTPXRequest, RequestData
 from outbox.errors import TelegramUnauthorized, TelegramUnavailable
 from outbox.payload import send_message_args
 from outbox.redact import redact, register_secret
+from outbox.schema import DEFAULT_BOT
 
 # python-telegram-bot 22 warns on every 429 unless retry_after is a timedelta; we accept both
 # forms (outbox.classify), so opt in to the future form and keep the logs free of the warning.
@@ -35,6 +36,9 @@ class SentMessage:
 
 class Sender(Protocol):
     """What the relay needs from a messenger; python-telegram-bot in production."""
+
+    # Whose limits and flood pause a send counts against: every relay of one bot shares them.
+    bot_id: str
 
     async def start(self) -> None: ...
 
@@ -136,6 +140,7 @@ class TelegramSender:
         read_timeout: float = 10.0,
     ) -> None:
         register_secret(token)
+        self.bot_id = bot_id_of(token)
         request = _SpreadRequest.over(
             pool_size,
             connect_timeout=connect_timeout,
@@ -179,8 +184,16 @@ def _keyboard(markup: Mapping[str, Any]) -> InlineKeyboardMarkup:
     )
 
 
+def bot_id_of(token: str) -> str:
+    """The bot's public id, the digits before the token's colon (never the secret part)."""
+    head, colon, _ = token.partition(":")
+    return head if colon and head.isdigit() else DEFAULT_BOT
+
+
 class NullSender:
     """Sends nothing and succeeds after ``delay`` seconds: for measuring the database path."""
+
+    bot_id = DEFAULT_BOT
 
     def __init__(self, delay: float = 0.0) -> None:
         self._delay = delay

@@ -23,6 +23,7 @@ from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.fake_telegram import FakeTelegram
 from outbox.queries import announce_pause, queue_timing
 from outbox.schema import pause_channel
+from outbox.telegram import bot_id_of
 from tests.conftest import TEST_TOKEN
 from tests.support import Relays, relay_env, row, states, wait_until
 
@@ -32,6 +33,7 @@ LIMITS = {
     "OUTBOX_CHAT_RATE_LIMIT": "1",
     "OUTBOX_GROUP_RATE_LIMIT": "20",
 }
+BOT = bot_id_of(TEST_TOKEN)  # the key of the test bot's shared limits and pause
 
 
 def text(chat: int, n: int = 0) -> dict[str, object]:
@@ -95,9 +97,9 @@ def test_a_relay_killed_holding_send_slots_holds_back_the_others_briefly(
     with engine.connect() as conn:
         held = conn.execute(
             sa.text(
-                "SELECT extract(epoch FROM keyingi_slot - now()) FROM navbat_holati "
-                "WHERE navbat = 'default'"
-            )
+                "SELECT extract(epoch FROM keyingi_slot - now()) FROM bot_holati WHERE bot = :bot"
+            ),
+            {"bot": BOT},
         ).scalar_one()
     assert 0 < held <= horizon + 1 / rate
     sent_before = fake_telegram.count()
@@ -127,7 +129,7 @@ def test_a_forged_notify_pauses_nothing(
     )
     with psycopg.connect(db_url, autocommit=True) as conn:
         conn.execute("SELECT pg_notify(%s, '3600')", (pause_channel("public"),))
-        conn.execute("SELECT pg_notify(%s, 'default')", (pause_channel("public"),))
+        conn.execute("SELECT pg_notify(%s, %s)", (pause_channel("public"), BOT))
     with engine.begin() as conn:
         enqueue(conn, key="not-paused", payload=text(7000))
     wait_until(
@@ -139,14 +141,14 @@ def test_a_forged_notify_pauses_nothing(
     assert "flood control" not in relay.stderr
 
 
-def test_a_poll_only_relay_keeps_a_pause_written_to_the_queue_state(
+def test_a_poll_only_relay_keeps_a_pause_written_to_the_bots_state(
     engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram, relays: Relays
 ) -> None:
     relay = relays.start(OUTBOX_POLL_ONLY="1")
 
     async def pause(seconds: float) -> None:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-            await announce_pause(conn, seconds, schema="public")
+            await announce_pause(conn, seconds, schema="public", bot=BOT)
 
     with engine.begin() as conn:
         enqueue(conn, key="warm-up", payload=text(7100))
@@ -161,18 +163,20 @@ def test_a_poll_only_relay_keeps_a_pause_written_to_the_queue_state(
     assert "flood control: the bot must wait" in relay.stderr, relays.describe()
 
 
-def test_a_pause_read_from_the_queue_state_is_capped(engine: sa.Engine, db_url: str) -> None:
+def test_a_pause_read_from_the_bots_state_is_capped(engine: sa.Engine, db_url: str) -> None:
     with engine.begin() as conn:
         conn.execute(
             sa.text(
-                "INSERT INTO navbat_holati (navbat, pauza_tugashi) "
-                "VALUES ('default', now() + interval '1 year')"
-            )
+                "INSERT INTO bot_holati (bot, pauza_tugashi) "
+                "VALUES (:bot, now() + interval '1 year')"
+            ),
+            {"bot": BOT},
         )
 
     async def read() -> float:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-            return (await queue_timing(conn, ["default"], schema="public", horizon=1.0)).paused
+            timing = await queue_timing(conn, ["default"], schema="public", horizon=1.0, bot=BOT)
+            return timing.paused
 
     assert asyncio.run(read()) == MAX_FLOOD_PAUSE
 
@@ -213,6 +217,28 @@ def test_two_bots_on_one_database_each_relay_sends_only_its_own_rows(
     finally:
         for fake in fakes.values():
             fake.stop_thread()
+
+
+def test_the_queues_of_one_bot_share_its_budget(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    rate = 5.0  # messages/s for the bot, whatever queue or relay sends them
+    with engine.begin() as conn:
+        for queue in ("news", "alerts"):
+            for chat in range(9000, 9015):
+                enqueue(conn, key=f"{queue}-{chat}", payload=text(chat), queue=queue)
+    settings = {"OUTBOX_RATE_LIMIT": f"{rate:g}"}
+    # One relay per queue, and one serving both: three relays of one bot.
+    for queues in ("news", "alerts", "news,alerts"):
+        relays.start(OUTBOX_QUEUES=queues, **settings)
+    wait_until(
+        lambda: states(engine)["bajarildi"] == 30, 30, "every message sent", explain=relays.describe
+    )
+    stamps = sorted(d.at for d in fake_telegram.delivered)
+    busiest = max(sum(1 for t in stamps if start <= t < start + 1.0) for start in stamps)
+    # A slot is 1/rate apart and a send may be a little late for it: one more, not twice as many.
+    assert busiest <= rate + 1, stamps
+    assert (len(stamps) - 1) / (stamps[-1] - stamps[0]) <= rate * 1.1, stamps
 
 
 def test_the_lessons_plain_insert_lands_in_the_default_queue(engine: sa.Engine) -> None:
@@ -267,8 +293,8 @@ def test_the_reaper_forgets_chats_idle_for_a_minute(engine: sa.Engine, db_url: s
     with engine.begin() as conn:
         conn.execute(
             sa.text(
-                "INSERT INTO chat_navbati (navbat, chat, keyingi) VALUES "
-                "('default', '1', now() - interval '2 minutes'), ('default', '2', now())"
+                "INSERT INTO chat_navbati (bot, chat, keyingi) VALUES "
+                "('1', '1', now() - interval '2 minutes'), ('1', '2', now())"
             )
         )
 

@@ -8,13 +8,14 @@ Create Date: 2026-11-30
 plain INSERT included, are in the queue ``default``. Adding a column with a constant default
 rewrites nothing: no row is touched or lost.
 
-``navbat_holati`` (queue state) holds one row per queue: ``pauza_tugashi``, until when Telegram's
-flood control pauses the queue's bot, and ``keyingi_slot``, the bot's next free send slot. Relays
-read and advance them inside their claim statement, so every relay of a bot, ``--poll-only``
-ones too, keeps to one budget and one pause. Only the outbox's own code writes this table: grant
-an app role SELECT and INSERT on ``outbox`` only, never rights on this table.
+``bot_holati`` (bot state) holds one row per bot, named by the numeric part of its token (the
+public bot id): ``pauza_tugashi``, until when Telegram's flood control pauses the bot, and
+``keyingi_slot``, the bot's next free send slot. Relays read and advance them inside their claim
+statement, so every relay of a bot, whichever of its queues it serves and ``--poll-only`` ones
+too, keeps to one budget and one pause. Only the outbox's own code writes this table: grant an
+app role SELECT and INSERT on ``outbox`` only, never rights on this table.
 
-``chat_navbati`` (chat queue) holds when each chat of a queue may receive its next message. It
+``chat_navbati`` (chat queue) holds when each chat may next receive a message from a bot. It
 is UNLOGGED: it is rewritten many times a second, and after a server crash it starts empty, which
 costs at most one early message per chat.
 """
@@ -46,8 +47,8 @@ def upgrade() -> None:
     )
     op.execute(
         f"""
-        CREATE TABLE {s}.navbat_holati (
-            navbat        text PRIMARY KEY,
+        CREATE TABLE {s}.bot_holati (
+            bot           text PRIMARY KEY,
             pauza_tugashi timestamptz NOT NULL DEFAULT '-infinity',
             keyingi_slot  timestamptz NOT NULL DEFAULT '-infinity'
         )
@@ -56,10 +57,10 @@ def upgrade() -> None:
     op.execute(
         f"""
         CREATE UNLOGGED TABLE {s}.chat_navbati (
-            navbat  text NOT NULL,
+            bot     text NOT NULL,
             chat    text NOT NULL,
             keyingi timestamptz NOT NULL,
-            PRIMARY KEY (navbat, chat)
+            PRIMARY KEY (bot, chat)
         )
         """
     )
@@ -69,7 +70,7 @@ def upgrade() -> None:
 def downgrade() -> None:
     s = f'"{target_schema()}"'
     op.execute(f"DROP TABLE {s}.chat_navbati")
-    op.execute(f"DROP TABLE {s}.navbat_holati")
+    op.execute(f"DROP TABLE {s}.bot_holati")
     op.execute(f"DROP INDEX {s}.outbox_navbat_kutmoqda_idx")
     op.execute(f"ALTER TABLE {s}.outbox DROP CONSTRAINT outbox_navbat_name")
     op.execute(f"ALTER TABLE {s}.outbox DROP COLUMN navbat")

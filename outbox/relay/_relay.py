@@ -58,7 +58,8 @@ class Relay:
         url = config.database_url
         self._claim_connection = Connection(url, "claim", self._stopping, prepare=prepare)
         self._record_connection = Connection(url, "record", self._stopping, prepare=prepare)
-        self.flood = FloodControl(self._limiter, schema=config.schema, queues=config.queues)
+        # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
+        self.flood = FloodControl(self._limiter, schema=config.schema, bot=sender.bot_id)
         self.claimer = Claimer(
             self._claim_connection,
             config,
@@ -236,11 +237,11 @@ class Relay:
         )
 
     def _heard_pause(self, notify: psycopg.Notify) -> None:
-        """Another relay wrote a pause: claim (and so read the queue's state) at once. The
+        """Another relay wrote a pause: claim (and so read the bot's state row) at once. The
         payload is not believed: only the state row, which the outbox's code writes, pauses."""
         if notify.pid == self._record_connection.backend_pid:
             return  # this relay's own announcement
-        if notify.payload in self.config.queues:
+        if notify.payload == self.flood.bot:
             self.claimer.wakeup.set()
 
     def _fail(self, err: BaseException) -> None:

@@ -59,9 +59,9 @@ class Claimer:
         self._connection = connection
         self._config = config
         self._limiter = limiter
-        self._flood = flood or FloodControl(limiter, schema=config.schema, queues=config.queues)
+        self._flood = flood or FloodControl(limiter, schema=config.schema)
         self._claim_limits = fleet_limits(config.rate_limits, config.slot_horizon)
-        self._queues_known = False  # the queues' state rows exist
+        self._bot_known = False  # the bot's state row exists
         self._held = False  # due rows wait for their chat, the bot's budget or a pause
         self._next_queue = 0
         self._total = total
@@ -172,11 +172,12 @@ class Claimer:
         while True:
             conn = await self._connection.get()
             try:
-                if not self._queues_known:
-                    await queries.ensure_queues(conn, self._config.queues, schema=schema)
-                    self._queues_known = True
+                bot = self._flood.bot
+                if not self._bot_known:
+                    await queries.ensure_bot(conn, bot, schema=schema)
+                    self._bot_known = True
                 rows = await queries.claim_due(
-                    conn, limit, schema=schema, queue=queue, limits=self._claim_limits
+                    conn, limit, schema=schema, queue=queue, bot=bot, limits=self._claim_limits
                 )
             except DB_LOST as err:
                 self._connection.lost(err, conn)
@@ -216,7 +217,11 @@ class Claimer:
         config = self._config
         try:
             timing = await queries.queue_timing(
-                conn, config.queues, schema=config.schema, horizon=config.slot_horizon
+                conn,
+                config.queues,
+                schema=config.schema,
+                horizon=config.slot_horizon,
+                bot=self._flood.bot,
             )
         except DB_LOST as err:
             self._connection.lost(err, conn)

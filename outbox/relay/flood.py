@@ -1,6 +1,6 @@
 """Flood control: Telegram's 429 pauses the whole bot, in this relay and in the others.
 
-The pause is shared through the queue's state row (``navbat_holati.pauza_tugashi``), written
+The pause is shared through the bot's state row (``bot_holati.pauza_tugashi``), written
 only by the outbox's own code; every relay reads it when it claims, ``--poll-only`` ones too.
 NOTIFY on the pause channel only wakes the listening relays so that they read it at once: its
 payload is never believed, so whoever can connect cannot pause the bot with a forged one.
@@ -18,7 +18,7 @@ from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.errors import OutboxError
 from outbox.ratelimit import RateLimiter
 from outbox.relay.connection import DB_LOST, Connection
-from outbox.schema import DEFAULT_QUEUE
+from outbox.schema import DEFAULT_BOT
 
 __all__ = ["MAX_FLOOD_PAUSE", "MAX_PEER_PAUSE", "FloodControl"]
 
@@ -31,16 +31,14 @@ _NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is 
 class FloodControl:
     """The bot's pause, kept in the rate limiter that every send books its slot with.
 
-    A 429 pauses this relay at once and is written to the queue's state (with the next write of
+    A 429 pauses this relay at once and is written to the bot's state row (with the next write of
     outcomes), where the other relays read it; a pause read there pauses this relay too.
     """
 
-    def __init__(
-        self, limiter: RateLimiter, *, schema: str, queues: tuple[str, ...] = (DEFAULT_QUEUE,)
-    ) -> None:
+    def __init__(self, limiter: RateLimiter, *, schema: str, bot: str = DEFAULT_BOT) -> None:
         self._limiter = limiter
         self._schema = schema
-        self._queues = queues
+        self.bot = bot
         self._to_announce = 0.0  # seconds, not yet told to the other relays
 
     def paused_for(self, now: float) -> float:
@@ -53,7 +51,7 @@ class FloodControl:
         self._to_announce = max(self._to_announce, seconds)
 
     def read(self, seconds: float, now: float) -> bool:
-        """The queue's state says the bot is paused for ``seconds``; True if that is news."""
+        """The bot's state row says it is paused for ``seconds``; True if that is news."""
         if not 0 < seconds <= MAX_FLOOD_PAUSE:  # also refuses nan
             return False
         # This relay's own pause reads back a moment longer (written after it began).
@@ -64,14 +62,14 @@ class FloodControl:
         return news
 
     async def announce(self, connection: Connection) -> None:
-        """Write a pause this relay got to the queue's state, if there is one to write."""
+        """Write a pause this relay got to the bot's state row, if there is one to write."""
         if not self._to_announce:
             return
         seconds, self._to_announce = self._to_announce, 0.0
         conn = None
         try:
             conn = await connection.get()
-            await queries.announce_pause(conn, seconds, schema=self._schema, queues=self._queues)
+            await queries.announce_pause(conn, seconds, schema=self._schema, bot=self.bot)
         except (psycopg.Error, OutboxError) as err:
             # Best effort: the other relays find out from Telegram instead, one 429 each.
             log.warning("could not tell the other relays about flood control: %s", err)
