@@ -355,7 +355,15 @@ def test_control_api_over_http(fake: FakeTelegram) -> None:
         assert control.get("/stats").json() == {"delivered": 1, "requests": 6, "rejected_429": 1}
         rows = control.get("/delivered").json()
         assert [(r["chat_id"], r["text"], r["message_id"]) for r in rows] == [(CHAT, "through", 1)]
-        assert set(rows[0]) == {"chat_id", "text", "message_id", "at", "wall", "parse_mode"}
+        assert set(rows[0]) == {
+            "chat_id",
+            "text",
+            "message_id",
+            "at",
+            "wall",
+            "parse_mode",
+            "bot_id",
+        }
         assert control.get("/delivered", params={"chat_id": 77}).json() == []
         assert control.post("/reset").json() == {"ok": True}
         assert control.get("/stats").json() == {"delivered": 0, "requests": 0, "rejected_429": 0}
