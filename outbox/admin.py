@@ -232,6 +232,8 @@ def _bulk_filter(args: argparse.Namespace) -> str:
     filters = []
     if args.tur is not None:
         filters.append(f"tur {args.tur}")
+    if args.queue is not None:
+        filters.append(f"navbat {args.queue}")
     if args.since is not None:
         filters.append(f"failed in the last {out.span(args.since)}")
     return f" ({', '.join(filters)})" if filters else ""
@@ -242,13 +244,15 @@ def cmd_status(args: argparse.Namespace) -> int:
         status = api.queue_status(conn, lease_seconds=args.lease, queue=args.queue)
     problems = []
     if status.lag_seconds > args.max_lag:
+        late = _in_queues(status, lambda figures: figures.lag_seconds > args.max_lag)
         problems.append(
-            f"lag {out.span(status.lag_seconds)} is over --max-lag "
+            f"lag {out.span(status.lag_seconds)}{late} is over --max-lag "
             f"{out.span(args.max_lag)} (is a relay running?)"
         )
     if status.stuck_claims:
+        stuck = _in_queues(status, lambda figures: figures.stuck_claims > 0)
         problems.append(
-            f"{status.stuck_claims} claims are older than the {out.span(args.lease)} lease "
+            f"{status.stuck_claims} claims{stuck} are older than the {out.span(args.lease)} lease "
             "or have no claim time (a relay died or hangs, or a row was claimed by hand; "
             "a running relay reaps them within a minute, or run `outbox reap`)"
         )
@@ -275,6 +279,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "failed": status.counts["xato"],
                 "healthy": not problems,
                 "problems": problems,
+                "queues": out.queues_json(status.queues),
             }
         )
     else:
@@ -282,6 +287,17 @@ def cmd_status(args: argparse.Namespace) -> int:
     if problems:
         raise Unhealthy("unhealthy: " + "; ".join(problems))
     return 0
+
+
+def _in_queues(status: queries.QueueStatus, matches: Callable[[queries.QueueFigures], bool]) -> str:
+    """Which queues a problem is in (" in queue bot2"), when the status covers several: each
+    bot's relays serve their own queues, so that is where to look."""
+    if len(status.queues) < 2:
+        return ""
+    names = [name for name, figures in status.queues.items() if matches(figures)]
+    if not names:
+        return ""
+    return f" in queue{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 def _maintenance(args: argparse.Namespace, work: Callable[[AsyncConn], Awaitable[T]]) -> T:

@@ -7,13 +7,14 @@ reads here is what they type into ``psql``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
 from outbox.durations import format_duration
 from outbox.payload import UnreadablePayload
-from outbox.queries import Message, QueueStatus, ReplayResult, SentMarker
+from outbox.queries import Message, QueueFigures, QueueStatus, ReplayResult, SentMarker
+from outbox.schema import DEFAULT_QUEUE
 
 span = format_duration  # how every duration is shown to operators
 
@@ -21,6 +22,9 @@ __all__ = [
     "message_json",
     "message_lines",
     "messages_table",
+    "queue_worth_showing",
+    "queues_json",
+    "queues_table",
     "replay_refusal",
     "replayed_line",
     "span",
@@ -68,7 +72,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[in
     return lines
 
 
+def queue_worth_showing(messages: Sequence[Message]) -> bool:
+    """Whether a list needs the navbat column: not when every row is in the default queue (an
+    outbox with one bot), always when a named queue is among them, even alone (the rows of one
+    bot out of several)."""
+    return any(m.queue != DEFAULT_QUEUE for m in messages)
+
+
 def messages_table(messages: Sequence[Message]) -> list[str]:
+    with_queue = queue_worth_showing(messages)
     headers = ("id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato")
     rows = [
         (
@@ -82,7 +94,14 @@ def messages_table(messages: Sequence[Message]) -> list[str]:
         )
         for m in messages
     ]
-    return table(headers, rows, numeric={0, 4})
+    if not with_queue:
+        return table(headers, rows, numeric={0, 4})
+    # Beside the id: with several bots, which one sends a row is the first question.
+    return table(
+        (headers[0], "navbat", *headers[1:]),
+        [(row[0], m.queue, *row[1:]) for row, m in zip(rows, messages, strict=True)],
+        numeric={0, 5},
+    )
 
 
 def _marker_json(marker: SentMarker | None) -> dict[str, Any] | None:
@@ -103,6 +122,7 @@ def message_json(m: Message) -> dict[str, Any]:
     return {
         "id": m.id,
         "tur": m.kind,
+        "navbat": m.queue,
         "kalit": m.key,
         "holat": m.state,
         "urinish": m.attempts,
@@ -156,6 +176,7 @@ def message_lines(m: Message) -> list[str]:
     fields = [
         ("id", str(m.id)),
         ("tur", m.kind),
+        ("navbat", m.queue),
         ("kalit", m.key),
         ("holat", m.state),
         ("urinish", str(m.attempts)),
@@ -230,4 +251,40 @@ def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[s
         ),
     ]
     width = max(len(value) for _, value, _ in rows)
-    return [f"{name:<13} {value:>{width}}  {note}".rstrip() for name, value, note in rows]
+    lines = [f"{name:<13} {value:>{width}}  {note}".rstrip() for name, value, note in rows]
+    if len(status.queues) > 1:
+        lines += ["", *queues_table(status.queues)]
+    return lines
+
+
+def queues_table(queues: Mapping[str, QueueFigures]) -> list[str]:
+    """One line per queue: its rows per state, lag and stuck rows (done rows as ``-`` when the
+    outbox is too large to count them per queue)."""
+    states = ("kutmoqda", "bajarilmoqda", "bajarildi", "xato")
+
+    def count(n: int | None) -> str:
+        return "-" if n is None else str(n)
+
+    rows = [
+        (
+            name,
+            *(count(figures.counts[state]) for state in states),
+            span(figures.lag_seconds),
+            str(figures.stuck),
+        )
+        for name, figures in queues.items()
+    ]
+    return table(("navbat", *states, "lag", "stuck"), rows, numeric={1, 2, 3, 4, 5, 6})
+
+
+def queues_json(queues: Mapping[str, QueueFigures]) -> dict[str, Any]:
+    return {
+        name: {
+            "holat": figures.counts,
+            "lag_seconds": figures.lag_seconds,
+            "stuck": figures.stuck,
+            "stuck_claims": figures.stuck_claims,
+            "never_due": figures.never_due,
+        }
+        for name, figures in queues.items()
+    }

@@ -187,7 +187,7 @@ def queue_status(
     queue: str | None = None,
 ) -> QueueStatus:
     """Rows per state, the age of the oldest due row, and claims older than the lease; of
-    every queue, or of ``queue``."""
+    every queue, or of ``queue``. ``.queues`` gives the same figures per queue."""
     return queries.queue_status(
         conn, schema=resolve_schema(schema), lease_seconds=lease_seconds, queue=queue
     )
@@ -200,9 +200,10 @@ def failed_messages(
     limit: int = 50,
     failed_within_seconds: float | None = None,
     schema: str | None = None,
+    queue: str | None = None,
 ) -> list[Message]:
     """Failed (xato) messages, newest first, each with its history and sent marker;
-    ``kind`` and ``failed_within_seconds`` filter as ``replay`` does."""
+    ``kind``, ``queue`` and ``failed_within_seconds`` filter as ``replay`` does."""
     return queries.list_messages(
         conn,
         schema=resolve_schema(schema),
@@ -210,6 +211,7 @@ def failed_messages(
         kind=kind,
         limit=limit,
         changed_within_seconds=failed_within_seconds,
+        queue=queue,
     )
 
 

@@ -20,7 +20,7 @@ import os
 import secrets
 import socket
 from collections.abc import Callable, Generator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -45,6 +45,7 @@ __all__ = [
     "ClaimedRow",
     "Message",
     "Outcome",
+    "QueueFigures",
     "QueueStatus",
     "QueueTiming",
     "ReplayResult",
@@ -62,6 +63,7 @@ __all__ = [
     "enqueue",
     "ensure_bot",
     "failed_kinds",
+    "failed_queues",
     "finished_per_minute",
     "forget_idle_chats",
     "get_message",
@@ -743,6 +745,7 @@ class Message:
     created_at: datetime | None
     updated_at: datetime | None
     marker: SentMarker | None
+    queue: str = DEFAULT_QUEUE  # navbat: the bot that sends it
 
 
 def _marker(chat_id: Any, message_id: Any, sent_at: Any) -> SentMarker | None:
@@ -757,7 +760,10 @@ def _history(text: str) -> list[Any]:
 
 
 def _message(row: Sequence[Any]) -> Message:
-    (row_id, kind, key, payload, state, attempts, run_at, claimed_at, error, history) = row[:10]
+    (
+        row_id, kind, queue, key, payload, state, attempts, run_at, claimed_at, error, history,
+        created_at, updated_at, *marker,
+    ) = row  # fmt: skip
     return Message(
         id=row_id,
         kind=kind,
@@ -769,9 +775,10 @@ def _message(row: Sequence[Any]) -> Message:
         claimed_at=claimed_at,
         last_error=error,
         history=_history(history),
-        created_at=row[10],
-        updated_at=row[11],
-        marker=_marker(*row[12:]),
+        created_at=created_at,
+        updated_at=updated_at,
+        marker=_marker(*marker),
+        queue=queue,
     )
 
 
@@ -781,9 +788,10 @@ def _finite(column: str) -> str:
 
 # Payload and tarix come as text, decoded with a fallback (read_json): any row can be shown.
 _MESSAGE_COLUMNS = f"""
-    o.id, o.tur, o.kalit, o.payload::text, o.holat, o.urinish, {_finite("o.keyingi_urinish")},
-    {_finite("o.band_vaqti")}, o.oxirgi_xato, o.tarix::text, {_finite("o.yaratilgan")},
-    {_finite("o.yangilangan")}, y.chat_id, y.message_id, y.yuborilgan_vaqt
+    o.id, o.tur, o.navbat, o.kalit, o.payload::text, o.holat, o.urinish,
+    {_finite("o.keyingi_urinish")}, {_finite("o.band_vaqti")}, o.oxirgi_xato, o.tarix::text,
+    {_finite("o.yaratilgan")}, {_finite("o.yangilangan")}, y.chat_id, y.message_id,
+    y.yuborilgan_vaqt
 """
 
 _LIST_MESSAGES = f"""
@@ -833,6 +841,22 @@ def get_message(conn: SyncConn, message_id: int, *, schema: str) -> Message | No
 
 
 @dataclass(frozen=True, slots=True)
+class QueueFigures:
+    """One queue's share of a status: what an operator with a bot per queue looks at."""
+
+    # Rows per holat. bajarildi is None when the outbox is too large to count done rows (the
+    # status then estimates their total from the planner's statistics, which know no queues).
+    counts: dict[str, int | None]
+    lag_seconds: float
+    stuck_claims: int = 0
+    never_due: int = 0
+
+    @property
+    def stuck(self) -> int:
+        return self.stuck_claims + self.never_due
+
+
+@dataclass(frozen=True, slots=True)
 class QueueStatus:
     counts: dict[str, int]  # rows per holat
     lag_seconds: float  # age of the oldest due pending row; 0 when none is due
@@ -845,6 +869,9 @@ class QueueStatus:
     # Pending rows due at infinity: no relay ever claims them (the table refuses them since
     # outbox_0002, but a table migrated before may hold some).
     never_due: int = 0
+    # The same figures per queue (navbat), by name: the queue asked for, or every queue that
+    # holds rows to send, being sent or failed (and done rows, when they are counted).
+    queues: dict[str, QueueFigures] = field(default_factory=dict)
 
 
 # A status is a health check, run often: the live states are counted through their partial
@@ -877,6 +904,37 @@ SELECT
     (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
 """
 
+# The figures per queue, in a second statement (under load they may differ from the totals by
+# the rows that moved in between). Each state is read on its own, so that its partial index
+# serves it: pending rows from (navbat, keyingi_urinish, id) alone. Done rows only in a table
+# small enough to count them.
+_STATUS_PER_QUEUE = """
+SELECT navbat,
+       count(*) FILTER (WHERE holat = 'kutmoqda'),
+       count(*) FILTER (WHERE holat = 'bajarilmoqda'),
+       count(*) FILTER (WHERE holat = 'bajarildi'),
+       count(*) FILTER (WHERE holat = 'xato'),
+       coalesce(extract(epoch FROM now() - min(keyingi_urinish) FILTER (
+           WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
+             AND keyingi_urinish > '-infinity')), 0)::float8,
+       count(*) FILTER (WHERE holat = 'bajarilmoqda' AND (band_vaqti IS NULL
+           OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease))),
+       count(*) FILTER (WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity')
+FROM (
+    SELECT navbat, 'kutmoqda' AS holat, keyingi_urinish, NULL::timestamptz AS band_vaqti
+    FROM {outbox} WHERE holat = 'kutmoqda'
+    UNION ALL
+    SELECT navbat, 'bajarilmoqda', NULL, band_vaqti FROM {outbox} WHERE holat = 'bajarilmoqda'
+    UNION ALL
+    SELECT navbat, 'xato', NULL, NULL FROM {outbox} WHERE holat = 'xato'
+    UNION ALL
+    SELECT navbat, 'bajarildi', NULL, NULL FROM {outbox}
+    WHERE holat = 'bajarildi' AND CAST(:count_done AS boolean)
+) r
+GROUP BY navbat
+ORDER BY navbat
+"""
+
 _COUNT_DONE = (
     "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi' AND "
     "(CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))"
@@ -900,9 +958,15 @@ def queue_status(
     pending, in_progress, failed, lag, stuck, never_due, outbox_rows, marker_rows = row
     estimated: list[str] = []
     # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
-    if outbox_rows >= threshold and queue is None:
+    count_done = queue is not None or outbox_rows < threshold
+    per_queue: dict[str, QueueFigures] = {}
+    if queue is None:
+        per_queue = _status_per_queue(conn, schema, params, count_done)
+    if not count_done:
         done = max(0, round(outbox_rows) - int(pending) - int(in_progress) - int(failed))
         estimated.append("bajarildi")
+    elif queue is None:
+        done = sum(figures.counts["bajarildi"] or 0 for figures in per_queue.values())
     else:
         done = _execute(conn, schema, _COUNT_DONE, {"navbat": queue}).scalar_one()
     if marker_rows >= threshold:
@@ -911,15 +975,38 @@ def queue_status(
     else:
         markers = _execute(conn, schema, _COUNT_MARKERS).scalar_one()
     counts = {"kutmoqda": pending, "bajarilmoqda": in_progress, "bajarildi": done, "xato": failed}
+    totals = {state: int(n) for state, n in counts.items()}
+    lag_seconds = max(float(lag), 0.0)
+    if queue is not None:
+        per_queue = {queue: QueueFigures(dict(totals), lag_seconds, int(stuck), int(never_due))}
     return QueueStatus(
-        counts={state: int(n) for state, n in counts.items()},
-        lag_seconds=max(float(lag), 0.0),
+        counts=totals,
+        lag_seconds=lag_seconds,
         stuck=int(stuck) + int(never_due),
         markers=int(markers),
         estimated=tuple(estimated),
         stuck_claims=int(stuck),
         never_due=int(never_due),
+        queues=per_queue,
     )
+
+
+def _status_per_queue(
+    conn: SyncConn, schema: str, params: Mapping[str, Any], count_done: bool
+) -> dict[str, QueueFigures]:
+    rows = _execute(conn, schema, _STATUS_PER_QUEUE, {**params, "count_done": count_done})
+    per_queue = {}
+    for queue, pending, in_progress, done, failed, lag, stuck, never_due in rows:
+        counts = {
+            "kutmoqda": int(pending),
+            "bajarilmoqda": int(in_progress),
+            "bajarildi": int(done) if count_done else None,
+            "xato": int(failed),
+        }
+        per_queue[str(queue)] = QueueFigures(
+            counts, max(float(lag), 0.0), int(stuck), int(never_due)
+        )
+    return per_queue
 
 
 @dataclass(frozen=True, slots=True)
@@ -1128,6 +1215,14 @@ _FAILED_KINDS = "SELECT DISTINCT tur FROM {outbox} WHERE holat = 'xato' ORDER BY
 def failed_kinds(conn: SyncConn, *, schema: str) -> list[str]:
     """The kinds (tur) among failed rows, for the page's filter."""
     return [str(kind) for (kind,) in _execute(conn, schema, _FAILED_KINDS)]
+
+
+_FAILED_QUEUES = "SELECT DISTINCT navbat FROM {outbox} WHERE holat = 'xato' ORDER BY navbat"
+
+
+def failed_queues(conn: SyncConn, *, schema: str) -> list[str]:
+    """The queues (navbat) among failed rows, for the page's filter."""
+    return [str(queue) for (queue,) in _execute(conn, schema, _FAILED_QUEUES)]
 
 
 # A number may be a row id or a chat id (payload's or the sent marker's); anything else is a

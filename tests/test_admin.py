@@ -30,10 +30,12 @@ def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
     return code, captured.out, captured.err
 
 
-def add(engine: sa.Engine, key: str, *, chat_id: int = 42, kind: str = "eslatma") -> int:
+def add(
+    engine: sa.Engine, key: str, *, chat_id: int = 42, kind: str = "eslatma", queue: str = "default"
+) -> int:
     with engine.begin() as conn:
         payload = {"chat_id": chat_id, "text": f"eslatma {key}"}
-        return enqueue(conn, key=key, payload=payload, kind=kind).id
+        return enqueue(conn, key=key, payload=payload, kind=kind, queue=queue).id
 
 
 def update(engine: sa.Engine, row_id: int, assignments: str, **params: Any) -> None:
@@ -131,6 +133,36 @@ def test_list_filters_and_json_keeps_the_whole_error(
     assert (code, out) == (0, "no outbox messages match\n")
 
 
+def test_list_names_the_queue_of_each_row_once_a_named_queue_is_among_them(
+    engine: sa.Engine, outbox_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    plain = add(engine, "plain")
+    shop = add_failed(engine, "shop", queue="shop_bot")
+
+    code, out, _ = run(capsys, "list")
+    assert code == 0
+    header, *lines = out.splitlines()
+    assert header.split()[:3] == ["id", "navbat", "tur"]
+    assert [line.split()[:2] for line in lines] == [
+        [str(shop), "shop_bot"],
+        [str(plain), "default"],
+    ]
+    start = header.index("tur")
+    assert all(line[start - 2 : start] == "  " for line in lines)  # still aligned
+
+    # One bot's rows alone still say which bot: the column is about named queues, not variety.
+    code, out, _ = run(capsys, "list", "--holat", "xato")
+    assert out.splitlines()[1].split()[:2] == [str(shop), "shop_bot"]
+    code, out, _ = run(capsys, "list", "--queue", "default")
+    assert "navbat" not in out.splitlines()[0]  # the default queue alone: one bot, no column
+
+    code, out, _ = run(capsys, "list", "--json")
+    assert [(m["id"], m["navbat"]) for m in json.loads(out)] == [
+        (shop, "shop_bot"),
+        (plain, "default"),
+    ]
+
+
 # --- show ----------------------------------------------------------------------------------------
 
 
@@ -156,6 +188,17 @@ def test_show_prints_one_message_in_full_with_its_marker(
     assert shown["yuborilgan"]["message_id"] == 555
     assert shown["kalit"] == "shown" and shown["urinish"] == 3
     assert set(shown) >= {"band_vaqti", "yaratilgan", "yangilangan", "keyingi_urinish"}
+
+
+def test_show_names_the_queue(
+    engine: sa.Engine, outbox_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shop = add(engine, "shop", queue="shop_bot")
+    plain = add(engine, "plain")
+
+    assert "navbat           shop_bot\n" in run(capsys, "show", str(shop))[1]
+    assert "navbat           default\n" in run(capsys, "show", str(plain))[1]
+    assert json.loads(run(capsys, "show", str(shop), "--json")[1])["navbat"] == "shop_bot"
 
 
 def test_show_unknown_and_malformed_ids(outbox_db: str, capsys: pytest.CaptureFixture[str]) -> None:
@@ -290,6 +333,17 @@ def test_replay_all_failed_with_filters_prints_how_many(
     assert run(capsys, "replay", "--all-failed")[:2] == (0, "replayed 0 failed messages\n")
 
 
+def test_replay_all_failed_of_one_queue_says_which(
+    engine: sa.Engine, outbox_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    shop = add_failed(engine, "shop", queue="shop_bot")
+    plain = add_failed(engine, "plain")
+
+    code, out, _ = run(capsys, "replay", "--all-failed", "--queue", "shop_bot")
+    assert (code, out) == (0, "replayed 1 failed messages (navbat shop_bot)\n")
+    assert (row(engine, shop)[0], row(engine, plain)[0]) == ("kutmoqda", "xato")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -413,6 +467,93 @@ def test_status_reads_large_tables_from_their_statistics(
     monkeypatch.setattr(queries, "EXACT_COUNT_BELOW", 5000)
     code, out, _ = run(capsys, "status", "--json")
     assert json.loads(out)["estimated"] == []
+
+
+def test_status_counts_each_queue_when_there_are_several(
+    engine: sa.Engine, outbox_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add(engine, "p1", queue="bot1")
+    add_failed(engine, "f1", queue="bot1")
+    done = add(engine, "d2", queue="bot2")
+    update(engine, done, "holat = 'bajarildi'")
+    late = add(engine, "p2", queue="bot2")
+    update(engine, late, "keyingi_urinish = now() - interval '10 minutes'")
+
+    code, out, err = run(capsys, "status", "--max-lag", "1h")
+    assert (code, err) == (0, "")
+    totals, per_queue = out.split("\n\n")
+    assert totals.splitlines()[0].split() == ["kutmoqda", "2"]
+    assert [line.split() for line in per_queue.splitlines()] == [
+        ["navbat", "kutmoqda", "bajarilmoqda", "bajarildi", "xato", "lag", "stuck"],
+        ["bot1", "1", "0", "0", "1", "0s", "0"],
+        ["bot2", "1", "0", "1", "0", "10m", "0"],
+    ]
+
+    # The health check names the queue whose relay to look at; its exit code is as before.
+    code, out, err = run(capsys, "status", "--max-lag", "5m", "--json")
+    assert code == 8
+    assert err.startswith("outbox: unhealthy: lag 10m in queue bot2 is over --max-lag 5m")
+    status = json.loads(out)
+    assert status["holat"] == {"kutmoqda": 2, "bajarilmoqda": 0, "bajarildi": 1, "xato": 1}
+    bot1 = status["queues"]["bot1"]
+    assert bot1.pop("lag_seconds") < 60  # its row is due since it was added
+    assert bot1 == {
+        "holat": {"kutmoqda": 1, "bajarilmoqda": 0, "bajarildi": 0, "xato": 1},
+        "stuck": 0,
+        "stuck_claims": 0,
+        "never_due": 0,
+    }
+    assert status["queues"]["bot2"]["holat"]["bajarildi"] == 1
+    assert 600 <= status["queues"]["bot2"]["lag_seconds"] < 660
+
+    # One queue asked for: its figures alone, and no table of one line.
+    code, out, _ = run(capsys, "status", "--queue", "bot1", "--json")
+    assert list(json.loads(out)["queues"]) == ["bot1"]
+    code, out, _ = run(capsys, "status", "--queue", "bot1")
+    assert "navbat" not in out and out.splitlines()[0].split() == ["kutmoqda", "1"]
+
+
+def test_status_of_one_queue_has_no_table_and_its_json_the_one_queue(
+    engine: sa.Engine, outbox_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    add(engine, "p")
+    code, out, _ = run(capsys, "status")
+    assert code == 0 and "navbat" not in out and "\n\n" not in out
+    code, out, _ = run(capsys, "status", "--json")
+    assert json.loads(out)["queues"]["default"]["holat"]["kutmoqda"] == 1
+
+
+def test_status_per_queue_leaves_done_rows_uncounted_in_a_large_table(
+    engine: sa.Engine,
+    outbox_db: str,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    add(engine, "p", queue="bot1")
+    add_failed(engine, "f", queue="bot2")
+    with engine.begin() as conn:
+        conn.exec_driver_sql(
+            "INSERT INTO outbox (kalit, payload, holat, navbat) "
+            "SELECT 'd' || g, '{}'::jsonb, 'bajarildi', 'bot' || (g %% 2 + 1) "
+            "FROM generate_series(1, 1000) g"
+        )
+        conn.exec_driver_sql("ANALYZE outbox")
+    monkeypatch.setattr(queries, "EXACT_COUNT_BELOW", 500)
+
+    code, out, _ = run(capsys, "status", "--json")
+    status = json.loads(out)
+    assert code == 0 and status["holat"]["bajarildi"] == 1000 and "bajarildi" in status["estimated"]
+    assert {name: q["holat"]["bajarildi"] for name, q in status["queues"].items()} == {
+        "bot1": None,
+        "bot2": None,
+    }
+    assert status["queues"]["bot2"]["holat"]["xato"] == 1  # the live states are always counted
+    per_queue = run(capsys, "status")[1].split("\n\n")[1]
+    assert per_queue.splitlines()[1].split() == ["bot1", "1", "0", "-", "0", "0s", "0"]
+
+    # Asked for one queue, its done rows are counted exactly, as before.
+    code, out, _ = run(capsys, "status", "--queue", "bot1", "--json")
+    assert json.loads(out)["queues"]["bot1"]["holat"]["bajarildi"] == 500
 
 
 def test_status_exit_8_on_lag_stuck_claims_and_too_many_failures(

@@ -208,6 +208,28 @@ def test_the_operator_functions_from_python(engine: sa.Engine) -> None:
         assert [m.key for m in outbox.list_messages(conn, state="kutmoqda")] == ["broken", "ok"]
 
 
+def test_the_operator_functions_tell_and_filter_queues(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        outbox.enqueue(conn, key="plain", payload=GOOD)
+        outbox.enqueue(conn, key="shop", payload=GOOD, queue="shop_bot")
+        conn.execute(sa.text("UPDATE outbox SET holat = 'xato'"))
+    with engine.begin() as conn:
+        [shop] = outbox.failed_messages(conn, queue="shop_bot")
+        assert (shop.key, shop.queue) == ("shop", "shop_bot")
+        message = outbox.get_message(conn, shop.id)
+        assert message is not None and message.queue == "shop_bot"
+        assert {m.key: m.queue for m in outbox.failed_messages(conn)} == {
+            "plain": "default",
+            "shop": "shop_bot",
+        }
+        status = outbox.queue_status(conn)
+        assert {name: figures.counts["xato"] for name, figures in status.queues.items()} == {
+            "default": 1,
+            "shop_bot": 1,
+        }
+        assert list(outbox.queue_status(conn, queue="shop_bot").queues) == ["shop_bot"]
+
+
 # --- the commands: no URL, and a URL with a password in it -------------------------------------
 
 OUTBOX_COMMANDS = [["migrate"], ["relay", "--drain"], ["status"], ["replay", "1"]]

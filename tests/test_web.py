@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -129,6 +130,88 @@ def test_a_selection_is_replayed_after_its_list_is_confirmed(
     assert late and other
 
 
+def in_queue(engine: sa.Engine, row_id: int, queue: str) -> int:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE outbox SET navbat = :queue WHERE id = :id"),
+            {"queue": queue, "id": row_id},
+        )
+    return row_id
+
+
+def cards(body: str) -> dict[int, str]:
+    """The failed cards shown, by id, with the queue each names ('' when none)."""
+    found = re.findall(r'<article class="card" id="m(\d+)">(.*?)</article>', body, re.S)
+    return {
+        int(row_id): (re.findall(r'data-queue="([^"]*)"', card) or [""])[0]
+        for row_id, card in found
+    }
+
+
+def test_with_several_queues_each_failure_names_its_queue_and_the_list_filters_by_it(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    shop = in_queue(engine, add_message(engine, "shop", state="xato", error="x"), "shop_bot")
+    plain = add_message(engine, "plain", state="xato", error="x")
+    in_queue(engine, add_message(engine, "waiting"), "shop_bot")
+
+    body = page.get("/").body
+    assert cards(body) == {shop: "shop_bot", plain: "default"}
+    # The overview counts each queue, and each queue's name leads to its failures.
+    assert re.search(
+        r'<tr data-queue="shop_bot">\s*<td><a href="/\?navbat=shop_bot"[^>]*>shop_bot</a></td>\s*'
+        r'<td class="num" data-queue-count="kutmoqda">1</td>.*?'
+        r'<td class="num" data-queue-count="xato">1</td>',
+        body,
+        re.S,
+    ), body
+    assert '<option value="shop_bot">shop_bot</option>' in body
+
+    filtered = page.get("/?navbat=shop_bot").body
+    assert cards(filtered) == {shop: "shop_bot"}
+    assert '<option value="shop_bot" selected>shop_bot</option>' in filtered
+    assert '<input type="hidden" name="navbat" value="shop_bot">' in filtered  # the bulk replay
+    assert "No failed messages match this filter" in page.get("/?navbat=other_bot").body
+    wrong = page.get("/?navbat=no%20such")
+    assert wrong.status == 400 and "queue name &#39;no such&#39; is not usable" in wrong.body
+
+    assert page.get("/part/overview").body.count("<tr data-queue=") == 2
+    shown = page.get(f"/messages/{shop}").body
+    assert '<dd data-field="navbat">shop_bot</dd>' in shown
+
+
+def test_a_selection_by_queue_replays_only_that_queues_failures(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    shop = [
+        in_queue(engine, add_message(engine, f"s{i}", state="xato", error="x"), "shop_bot")
+        for i in range(2)
+    ]
+    add_message(engine, "plain", state="xato", error="x")
+    token = page.csrf()
+    listed = page.post("/replay", {"csrf": token, "tur": "", "navbat": "shop_bot", "since": ""})
+    assert listed.status == 200 and "Replay 2 failed messages?" in listed.body
+    assert "navbat shop_bot" in listed.body
+    assert "<th>navbat</th>" in listed.body and "<td>shop_bot</td>" in listed.body
+    selection = ",".join(str(i) for i in sorted(shop, reverse=True))
+    assert f'value="{selection}"' in listed.body
+    done = page.post("/replay", {"csrf": token, "confirmed": "1", "ids": selection})
+    assert done.status == 200 and "Replayed 2 messages" in done.body
+    assert [row(engine, f"s{i}")["holat"] for i in range(2)] == ["kutmoqda", "kutmoqda"]
+    assert row(engine, "plain")["holat"] == "xato"
+
+
+def test_with_the_default_queue_alone_the_page_says_nothing_of_queues(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    failed = add_message(engine, "plain", state="xato", error="x")
+    add_message(engine, "waiting")
+    body = page.get("/").body
+    assert cards(body) == {failed: ""}
+    assert "data-queue" not in body and 'name="navbat"' not in body.split('class="bulk"')[0]
+    assert "<th>navbat</th>" not in page.get("/search?q=plain").body
+
+
 def test_cancel_keeps_the_row_in_xato_with_its_reason(page: WebPage, engine: sa.Engine) -> None:
     waiting = add_message(engine, "w")
     token = page.csrf()
@@ -144,10 +227,13 @@ def test_cancel_keeps_the_row_in_xato_with_its_reason(page: WebPage, engine: sa.
 
 def test_search_finds_keys_and_chats_in_every_state(page: WebPage, engine: sa.Engine) -> None:
     add_message(engine, "vazifa:12:eslatma", chat_id=5005, state="bajarildi")
-    add_message(engine, "vazifa:13:eslatma", chat_id=5005, state="xato", error="x")
+    shop = add_message(engine, "vazifa:13:eslatma", chat_id=5005, state="xato", error="x")
+    in_queue(engine, shop, "shop_bot")
     add_message(engine, "other", chat_id=6006)
     by_chat = page.get("/search?q=5005").body
     assert "vazifa:12:eslatma" in by_chat and "vazifa:13:eslatma" in by_chat
+    assert "<th>navbat</th>" in by_chat
+    assert "<td>shop_bot</td>" in by_chat and "<td>default</td>" in by_chat
     assert "other" not in by_chat.split("<main>")[1]
     by_prefix = page.get("/search?q=vazifa%3A12").body
     assert "vazifa:12:eslatma" in by_prefix and "vazifa:13:eslatma" not in by_prefix

@@ -135,7 +135,7 @@ def test_an_operator_sees_the_queue_replays_a_failure_and_watches_it_delivered(
                 "FROM generate_series(1, 96) AS i"
             )
         )
-    add_message(
+    other_bot = add_message(
         engine,
         "vazifa:8:eslatma",
         chat_id=3003,
@@ -144,6 +144,10 @@ def test_an_operator_sees_the_queue_replays_a_failure_and_watches_it_delivered(
         kind="hisobot",
         error="400 Bad Request: chat not found",
     )
+    with engine.begin() as conn:  # a second bot's failure
+        conn.execute(
+            sa.text("UPDATE outbox SET navbat = 'shop_bot' WHERE id = :id"), {"id": other_bot}
+        )
     failed = add_message(
         engine,
         "vazifa:9:eslatma",
@@ -159,6 +163,11 @@ def test_an_operator_sees_the_queue_replays_a_failure_and_watches_it_delivered(
     with running_web(db_url, tmp_path) as page:
         browser.get(page.url)
         assert [_count(browser, s) for s in ("kutmoqda", "bajarildi", "xato")] == ["3", "100", "2"]
+        # Two queues: the overview counts each, and each failure names its own.
+        shop_failed = '[data-queue="shop_bot"] [data-queue-count="xato"]'
+        assert browser.find_element(By.CSS_SELECTOR, shop_failed).text == "1"
+        assert browser.find_element(By.CSS_SELECTOR, f"#m{other_bot} .queue").text == "shop_bot"
+        assert browser.find_element(By.CSS_SELECTOR, f"#m{failed} .queue").text == "default"
         # The title is shown as text; the script in it never ran.
         card = browser.find_element(By.ID, f"m{failed}")
         assert SCRIPT_TITLE in card.text

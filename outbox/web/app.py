@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
@@ -25,9 +25,10 @@ from sqlalchemy.engine import Engine
 from outbox import api, queries
 from outbox.db import check_schema_sync, connect_errors, create_engine, redact_url
 from outbox.durations import parse_duration
-from outbox.errors import InvalidInput, NotFound, OutboxError
+from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
 from outbox.queries import Message
 from outbox.redact import redact
+from outbox.schema import DEFAULT_QUEUE, validate_queue
 from outbox.web import views
 from outbox.web.auth import Guard, check_bind
 
@@ -88,6 +89,7 @@ def _templates() -> jinja2.Environment:
         text_of=views.text_of,
         extra_payload=views.extra_payload,
         history=views.history,
+        queue_worth_showing=views.queue_worth_showing,
         chart_width=views.CHART_WIDTH,
         chart_height=views.CHART_HEIGHT,
         since_choices=SINCE_CHOICES,
@@ -269,38 +271,65 @@ def _overview(conn: Connection, config: WebConfig) -> dict[str, Any]:
     }
 
 
-def _filters(request: web.Request) -> tuple[str | None, str, float | None]:
-    """The failed list's filters from the query string: kind, the duration as typed, seconds."""
-    kind = request.query.get("tur", "").strip() or None
-    since_text = request.query.get("since", "").strip()
-    since = None
-    if since_text:
-        since = parse_duration(since_text).total_seconds()
-    return kind, since_text, since
+@dataclass(frozen=True, slots=True)
+class _FailedFilter:
+    """The failed list's filters, from the address or from the bulk replay's form."""
+
+    kind: str | None
+    queue: str | None
+    since_text: str  # the duration as typed
+    since: float | None  # the same in seconds
+
+    @classmethod
+    def read(cls, values: Mapping[str, Any]) -> _FailedFilter:
+        def text(name: str) -> str:
+            return str(values.get(name, "")).strip()
+
+        queue = text("navbat") or None
+        if queue is not None:
+            try:
+                validate_queue(queue)
+            except ConfigError as err:
+                raise InvalidInput(str(err)) from None
+        since_text = text("since")
+        since = parse_duration(since_text).total_seconds() if since_text else None
+        return cls(text("tur") or None, queue, since_text, since)
+
+    def messages(self, conn: Connection, *, schema: str, limit: int) -> list[Message]:
+        return api.failed_messages(
+            conn,
+            kind=self.kind,
+            queue=self.queue,
+            failed_within_seconds=self.since,
+            limit=limit,
+            schema=schema,
+        )
+
+    def fields(self) -> dict[str, Any]:
+        """The filter as the templates show it and put it back into forms ('' for any)."""
+        return {"kind": self.kind or "", "queue": self.queue or "", "since": self.since_text}
 
 
 async def index(request: web.Request) -> web.StreamResponse:
     config = request.app[_CONFIG]
-    kind, since_text, since = _filters(request)
+    chosen = _FailedFilter.read(request.query)
 
     def read(conn: Connection) -> dict[str, Any]:
-        failed = api.failed_messages(
-            conn,
-            kind=kind,
-            failed_within_seconds=since,
-            limit=FAILED_LIMIT + 1,
-            schema=config.schema,
-        )
+        overview = _overview(conn, config)
+        failed = chosen.messages(conn, schema=config.schema, limit=FAILED_LIMIT + 1)
+        queues = queries.failed_queues(conn, schema=config.schema)
+        known = {*overview["status"].queues, *queues, *(m.queue for m in failed)}
         return {
-            **_overview(conn, config),
+            **overview,
             "failed": failed[:FAILED_LIMIT],
             "more_failed": len(failed) > FAILED_LIMIT,
             "kinds": queries.failed_kinds(conn, schema=config.schema),
+            "queues": queues,
+            # Each card names its queue unless the outbox has only the default one (one bot).
+            "with_queue": any(queue != DEFAULT_QUEUE for queue in known),
         }
 
-    return _render(
-        request, "index.html", kind=kind or "", since=since_text, **await _in_db(request, read)
-    )
+    return _render(request, "index.html", **chosen.fields(), **await _in_db(request, read))
 
 
 async def overview_part(request: web.Request) -> web.StreamResponse:
@@ -449,18 +478,10 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
             refused=[views.refusal(r) for r in results if not r.replayed],
             forced=force,
         )
-    kind = str(form.get("tur", "")).strip() or None
-    since_text = str(form.get("since", "")).strip()
-    since = parse_duration(since_text).total_seconds() if since_text else None
+    chosen = _FailedFilter.read(form)
     selected = await _in_db(
         request,
-        lambda conn: api.failed_messages(
-            conn,
-            kind=kind,
-            failed_within_seconds=since,
-            limit=SELECTION_LIMIT + 1,
-            schema=config.schema,
-        ),
+        lambda conn: chosen.messages(conn, schema=config.schema, limit=SELECTION_LIMIT + 1),
     )
     taken = selected[:SELECTION_LIMIT]
     return _render(
@@ -469,9 +490,8 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
         selected=taken,
         more=len(selected) > SELECTION_LIMIT,
         with_marker=[m for m in selected if m.marker],
-        kind=kind or "",
-        since=since_text,
         ids=",".join(str(m.id) for m in taken),
+        **chosen.fields(),
     )
 
 

@@ -9,7 +9,7 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from outbox.admin_output import replay_refusal, span, when
+from outbox.admin_output import queue_worth_showing, replay_refusal, span, when
 from outbox.queries import Activity, Message, ReplayResult
 from outbox.states import State
 
@@ -21,6 +21,7 @@ __all__ = [
     "chat_of",
     "extra_payload",
     "history",
+    "queue_worth_showing",
     "refusal",
     "span",
     "text_of",
