@@ -13,6 +13,7 @@ import sqlalchemy as sa
 
 from outbox import enqueue, queries
 from outbox.cli import main
+from outbox.queries import status as status_queries
 from tests.support import wait_until
 
 BLOCKED = "Forbidden: bot was blocked by the user"
@@ -450,7 +451,7 @@ def test_status_reads_large_tables_from_their_statistics(
         )
         conn.exec_driver_sql("ANALYZE outbox")
         conn.exec_driver_sql("ANALYZE yuborilgan")
-    monkeypatch.setattr(queries, "EXACT_COUNT_BELOW", 500)
+    monkeypatch.setattr(status_queries, "EXACT_COUNT_BELOW", 500)
 
     code, out, _ = run(capsys, "status")
     lines = {line.split()[0]: line.split(maxsplit=2)[1:] for line in out.splitlines()}
@@ -464,7 +465,7 @@ def test_status_reads_large_tables_from_their_statistics(
     assert (status["holat"]["bajarildi"], status["markers"]) == (1000, 1000)
     assert status["estimated"] == ["bajarildi", "markers"]
 
-    monkeypatch.setattr(queries, "EXACT_COUNT_BELOW", 5000)
+    monkeypatch.setattr(status_queries, "EXACT_COUNT_BELOW", 5000)
     code, out, _ = run(capsys, "status", "--json")
     assert json.loads(out)["estimated"] == []
 
@@ -538,7 +539,7 @@ def test_status_per_queue_leaves_done_rows_uncounted_in_a_large_table(
             "FROM generate_series(1, 1000) g"
         )
         conn.exec_driver_sql("ANALYZE outbox")
-    monkeypatch.setattr(queries, "EXACT_COUNT_BELOW", 500)
+    monkeypatch.setattr(status_queries, "EXACT_COUNT_BELOW", 500)
 
     code, out, _ = run(capsys, "status", "--json")
     status = json.loads(out)

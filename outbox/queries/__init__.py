@@ -1,0 +1,119 @@
+"""Every SQL statement the outbox issues, each named by what it does.
+
+Nothing else in the package writes SQL. The statements live here in modules by caller:
+
+* ``app``: what the host app runs inside its own transaction (enqueue, cancel, update_pending);
+* ``relay``: the relay's hot path (claims, outcomes, the bot's pause, queue timing);
+* ``maintenance``: the round's lock, the reaper, retention, idle chats;
+* ``status``: the counts and health of ``outbox status`` and the web page;
+* ``operator``: reading messages, replaying failures, the web page's other queries;
+* ``_common``: tables named per schema, the sync/async runners, the schema's own facts.
+
+Callers import from here (``from outbox import queries``; ``queries.claim_due(...)``), not
+from the modules. Times that decide behaviour come from the database clock (``now()``), so
+many relay hosts agree on what is due.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+# The connection types and the operation type that callers annotate with: importable from
+# here, as before, though not part of __all__.
+from outbox.queries._common import AsyncConn as AsyncConn
+from outbox.queries._common import Steps as Steps
+from outbox.queries._common import (
+    SyncConn,
+    run_async,
+    run_sync,
+    schema_facts,
+    schema_facts_sync,
+)
+from outbox.queries.app import cancel, enqueue, update_pending
+from outbox.queries.maintenance import (
+    count_prunable,
+    forget_idle_chats,
+    prune,
+    reap_stale,
+    try_maintenance_lock,
+)
+from outbox.queries.operator import (
+    Activity,
+    Message,
+    ReplayResult,
+    SentMarker,
+    cancel_by_operator,
+    count_failed,
+    failed_kinds,
+    failed_queues,
+    finished_per_minute,
+    get_message,
+    list_messages,
+    replay,
+    search_messages,
+)
+from outbox.queries.relay import (
+    ClaimedRow,
+    ClaimLimits,
+    Outcome,
+    QueueTiming,
+    announce_pause,
+    backlog,
+    claim_due,
+    claim_holder,
+    ensure_bot,
+    queue_timing,
+    record_outcomes,
+    seconds_until_next_due,
+    still_claimed,
+)
+from outbox.queries.status import QueueFigures, QueueStatus, count_by_state, queue_status
+
+if TYPE_CHECKING:
+    from outbox.queries._common import AsyncAppConn as AsyncAppConn
+
+__all__ = [
+    "Activity",
+    "ClaimLimits",
+    "ClaimedRow",
+    "Message",
+    "Outcome",
+    "QueueFigures",
+    "QueueStatus",
+    "QueueTiming",
+    "ReplayResult",
+    "SentMarker",
+    "SyncConn",
+    "announce_pause",
+    "backlog",
+    "cancel",
+    "cancel_by_operator",
+    "claim_due",
+    "claim_holder",
+    "count_by_state",
+    "count_failed",
+    "count_prunable",
+    "enqueue",
+    "ensure_bot",
+    "failed_kinds",
+    "failed_queues",
+    "finished_per_minute",
+    "forget_idle_chats",
+    "get_message",
+    "list_messages",
+    "prune",
+    "queue_status",
+    "queue_timing",
+    "reap_stale",
+    "record_outcomes",
+    "replay",
+    "run_async",
+    "run_sync",
+    "schema_facts",
+    "schema_facts_sync",
+    "search_messages",
+    "seconds_until_next_due",
+    "still_claimed",
+    "try_maintenance_lock",
+    "update_pending",
+]

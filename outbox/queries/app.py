@@ -1,0 +1,91 @@
+"""What the host app calls inside its own transaction: enqueue, cancel, update_pending.
+
+Each is an operation (a generator of statements, see ``run_sync`` and ``run_async``) that the
+app's SQLAlchemy session or connection runs, sync or async, with any driver: ``text()``
+statements with ``:name`` parameters and explicit casts. None of them commits.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from outbox.queries._common import Steps, _text
+from outbox.schema import DEFAULT_QUEUE
+
+# --- enqueue: runs inside the caller's transaction, never commits ---------------------------
+
+_ENQUEUE = """
+WITH inserted AS (
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat)
+    VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()),
+            :navbat)
+    ON CONFLICT (kalit) DO NOTHING
+    RETURNING id
+)
+SELECT id, true FROM inserted
+UNION ALL
+SELECT id, false FROM {outbox} WHERE kalit = :kalit AND NOT EXISTS (SELECT 1 FROM inserted)
+"""
+
+_FIND_BY_KEY = "SELECT id FROM {outbox} WHERE kalit = :kalit"
+
+
+def enqueue(
+    *,
+    schema: str,
+    kind: str,
+    key: str,
+    payload: Mapping[str, Any],
+    run_at: datetime | None,
+    queue: str = DEFAULT_QUEUE,
+) -> Steps:
+    """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
+    params = {
+        "tur": kind,
+        "kalit": key,
+        "payload": json.dumps(payload),
+        "run_at": run_at,
+        "navbat": queue,
+    }
+    row = (yield _text(_ENQUEUE, schema), params).first()
+    if row is None:
+        # The conflicting row was committed by another transaction after this statement's
+        # snapshot was taken; a fresh statement sees it.
+        found = (yield _text(_FIND_BY_KEY, schema), {"kalit": key}).scalar_one()
+        return int(found), False
+    return int(row[0]), bool(row[1])
+
+
+# Claimed rows go too: a relay that waited before sending asks whether its claim still exists
+# (still_claimed). Failed rows go so that a later bulk replay cannot send a withdrawn message.
+_CANCEL = """
+DELETE FROM {outbox}
+WHERE kalit = ANY(CAST(:keys AS text[])) AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
+"""
+
+
+def cancel(*, schema: str, keys: Sequence[str]) -> Steps:
+    """Delete unsent messages by key (pending, claimed or failed); sent rows stay."""
+    if not keys:
+        return 0
+    result = yield _text(_CANCEL, schema), {"keys": list(keys)}
+    return int(result.rowcount)
+
+
+# Claimed and failed rows change too: a relay sends from the copy it claimed, so a message
+# being sent right now goes out as it was, and any later attempt (a retry, a replay) sends the
+# new text.
+_UPDATE_PENDING = """
+UPDATE {outbox} SET payload = CAST(:payload AS jsonb), yangilangan = now()
+WHERE kalit = :kalit AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
+"""
+
+
+def update_pending(*, schema: str, key: str, payload: Mapping[str, Any]) -> Steps:
+    """Replace the payload of an unsent message; False if there is none (or it was sent)."""
+    params = {"kalit": key, "payload": json.dumps(payload)}
+    result = yield _text(_UPDATE_PENDING, schema), params
+    return bool(result.rowcount)

@@ -1,0 +1,192 @@
+"""The queue's counts and health: ``outbox status``, the web page's header, health checks.
+
+Operator statements, run through SQLAlchemy on a sync connection or session.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from outbox.queries._common import SyncConn, _execute
+
+# --- reading -------------------------------------------------------------------------------------
+
+_COUNT_BY_STATE = "SELECT holat, count(*) FROM {outbox} GROUP BY holat"
+
+
+def count_by_state(conn: SyncConn, *, schema: str) -> dict[str, int]:
+    counts = {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": 0, "xato": 0}
+    for state, count in _execute(conn, schema, _COUNT_BY_STATE).fetchall():
+        counts[state] = int(count)
+    return counts
+
+
+@dataclass(frozen=True, slots=True)
+class QueueFigures:
+    """One queue's share of a status: what an operator with a bot per queue looks at."""
+
+    # Rows per holat. bajarildi is None when the outbox is too large to count done rows (the
+    # status then estimates their total from the planner's statistics, which know no queues).
+    counts: dict[str, int | None]
+    lag_seconds: float
+    stuck_claims: int = 0
+    never_due: int = 0
+
+    @property
+    def stuck(self) -> int:
+        return self.stuck_claims + self.never_due
+
+
+@dataclass(frozen=True, slots=True)
+class QueueStatus:
+    counts: dict[str, int]  # rows per holat
+    lag_seconds: float  # age of the oldest due pending row; 0 when none is due
+    stuck: int  # rows that do not move on: stuck_claims + never_due
+    markers: int
+    # Figures read from the planner's statistics instead of counted: "bajarildi", "markers".
+    estimated: tuple[str, ...] = ()
+    # Claims older than the lease or without a claim time (the reaper returns them).
+    stuck_claims: int = 0
+    # Pending rows due at infinity: no relay ever claims them (the table refuses them since
+    # outbox_0002, but a table migrated before may hold some).
+    never_due: int = 0
+    # The same figures per queue (navbat), by name: the queue asked for, or every queue that
+    # holds rows to send, being sent or failed (and done rows, when they are counted).
+    queues: dict[str, QueueFigures] = field(default_factory=dict)
+
+
+# A status is a health check, run often: the live states are counted through their partial
+# indexes (as large as the backlog), while done rows and sent markers, which grow with every
+# message ever sent until retention removes them, are counted only in small tables and
+# otherwise read from the planner's statistics (kept fresh by autovacuum).
+EXACT_COUNT_BELOW = 200_000  # rows, by the statistics: above this, estimate
+
+# :navbat NULL: every queue. The plain (holat) conditions first keep the partial indexes usable.
+_QUEUE_STATUS = """
+WITH q AS (SELECT CAST(:navbat AS text) AS navbat)
+SELECT
+    (SELECT count(*) FROM {outbox}
+     WHERE holat = 'kutmoqda' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT count(*) FROM {outbox}
+     WHERE holat = 'bajarilmoqda' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT count(*) FROM {outbox}
+     WHERE holat = 'xato' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
+     FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
+                     AND keyingi_urinish > '-infinity'
+                     AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'
+        AND navbat = coalesce((SELECT navbat FROM q), navbat)
+        AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
+             OR band_vaqti < now() - make_interval(secs => :lease))),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity'
+        AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass),
+    (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
+"""
+
+# The figures per queue, in a second statement (under load they may differ from the totals by
+# the rows that moved in between). Each state is read on its own, so that its partial index
+# serves it: pending rows from (navbat, keyingi_urinish, id) alone. Done rows only in a table
+# small enough to count them.
+_STATUS_PER_QUEUE = """
+SELECT navbat,
+       count(*) FILTER (WHERE holat = 'kutmoqda'),
+       count(*) FILTER (WHERE holat = 'bajarilmoqda'),
+       count(*) FILTER (WHERE holat = 'bajarildi'),
+       count(*) FILTER (WHERE holat = 'xato'),
+       coalesce(extract(epoch FROM now() - min(keyingi_urinish) FILTER (
+           WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
+             AND keyingi_urinish > '-infinity')), 0)::float8,
+       count(*) FILTER (WHERE holat = 'bajarilmoqda' AND (band_vaqti IS NULL
+           OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease))),
+       count(*) FILTER (WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity')
+FROM (
+    SELECT navbat, 'kutmoqda' AS holat, keyingi_urinish, NULL::timestamptz AS band_vaqti
+    FROM {outbox} WHERE holat = 'kutmoqda'
+    UNION ALL
+    SELECT navbat, 'bajarilmoqda', NULL, band_vaqti FROM {outbox} WHERE holat = 'bajarilmoqda'
+    UNION ALL
+    SELECT navbat, 'xato', NULL, NULL FROM {outbox} WHERE holat = 'xato'
+    UNION ALL
+    SELECT navbat, 'bajarildi', NULL, NULL FROM {outbox}
+    WHERE holat = 'bajarildi' AND CAST(:count_done AS boolean)
+) r
+GROUP BY navbat
+ORDER BY navbat
+"""
+
+_COUNT_DONE = (
+    "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi' AND "
+    "(CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))"
+)
+_COUNT_MARKERS = "SELECT count(*) FROM {yuborilgan}"
+
+
+def queue_status(
+    conn: SyncConn,
+    *,
+    schema: str,
+    lease_seconds: float,
+    exact_below: int | None = None,
+    queue: str | None = None,
+) -> QueueStatus:
+    """Counts and health, of every queue or of ``queue`` (its done rows then counted exactly;
+    sent markers are the whole outbox's)."""
+    threshold = EXACT_COUNT_BELOW if exact_below is None else exact_below
+    params = {"lease": float(lease_seconds), "navbat": queue}
+    row = _execute(conn, schema, _QUEUE_STATUS, params).one()
+    pending, in_progress, failed, lag, stuck, never_due, outbox_rows, marker_rows = row
+    estimated: list[str] = []
+    # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
+    count_done = queue is not None or outbox_rows < threshold
+    per_queue: dict[str, QueueFigures] = {}
+    if queue is None:
+        per_queue = _status_per_queue(conn, schema, params, count_done)
+    if not count_done:
+        done = max(0, round(outbox_rows) - int(pending) - int(in_progress) - int(failed))
+        estimated.append("bajarildi")
+    elif queue is None:
+        done = sum(figures.counts["bajarildi"] or 0 for figures in per_queue.values())
+    else:
+        done = _execute(conn, schema, _COUNT_DONE, {"navbat": queue}).scalar_one()
+    if marker_rows >= threshold:
+        markers = max(0, round(marker_rows))
+        estimated.append("markers")
+    else:
+        markers = _execute(conn, schema, _COUNT_MARKERS).scalar_one()
+    counts = {"kutmoqda": pending, "bajarilmoqda": in_progress, "bajarildi": done, "xato": failed}
+    totals = {state: int(n) for state, n in counts.items()}
+    lag_seconds = max(float(lag), 0.0)
+    if queue is not None:
+        per_queue = {queue: QueueFigures(dict(totals), lag_seconds, int(stuck), int(never_due))}
+    return QueueStatus(
+        counts=totals,
+        lag_seconds=lag_seconds,
+        stuck=int(stuck) + int(never_due),
+        markers=int(markers),
+        estimated=tuple(estimated),
+        stuck_claims=int(stuck),
+        never_due=int(never_due),
+        queues=per_queue,
+    )
+
+
+def _status_per_queue(
+    conn: SyncConn, schema: str, params: Mapping[str, Any], count_done: bool
+) -> dict[str, QueueFigures]:
+    rows = _execute(conn, schema, _STATUS_PER_QUEUE, {**params, "count_done": count_done})
+    per_queue = {}
+    for queue, pending, in_progress, done, failed, lag, stuck, never_due in rows:
+        counts = {
+            "kutmoqda": int(pending),
+            "bajarilmoqda": int(in_progress),
+            "bajarildi": int(done) if count_done else None,
+            "xato": int(failed),
+        }
+        per_queue[str(queue)] = QueueFigures(
+            counts, max(float(lag), 0.0), int(stuck), int(never_due)
+        )
+    return per_queue
