@@ -193,9 +193,14 @@ def _stop(proc: subprocess.Popen[bytes], timeout: float = 15.0) -> None:
 
 
 class FakeBotApi:
-    """``outbox fake-telegram`` in a process of its own, driven through its control API."""
+    """``outbox fake-telegram`` in a process of its own, driven through its control API.
 
-    def __init__(self, *, latency_ms: float = 0.0, enforce_limits: bool = False) -> None:
+    It accepts ``token`` only, or with ``token=None`` any well-formed token (several bots).
+    """
+
+    def __init__(
+        self, *, latency_ms: float = 0.0, enforce_limits: bool = False, token: str | None = TOKEN
+    ) -> None:
         args = ["--latency", f"{latency_ms:g}ms", *(["--enforce-limits"] if enforce_limits else [])]
         # A free port can be taken by another program before the fake binds it: try again.
         for attempt in range(3):
@@ -204,7 +209,8 @@ class FakeBotApi:
             self._errors = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the fake
             self._proc = subprocess.Popen(
                 _outbox_command("fake-telegram", "--port", str(self.port), *args),
-                env=_child_env({}),
+                # An empty TELEGRAM_BOT_TOKEN: the fake serves any well-formed token.
+                env=_child_env({"TELEGRAM_BOT_TOKEN": token or ""}),
                 stdout=subprocess.DEVNULL,
                 stderr=self._errors,
             )
@@ -264,14 +270,18 @@ class FakeBotApi:
 
 
 class RelayProcess:
-    """``outbox relay`` as a user runs it, with its default settings plus ``args``."""
+    """``outbox relay`` as a user runs it, with its default settings plus ``args``, sending
+    as the bot of ``token``."""
 
-    def __init__(self, database_url: str, api_url: str, args: Sequence[str] = ()) -> None:
+    def __init__(
+        self, database_url: str, api_url: str, args: Sequence[str] = (), *, token: str = TOKEN
+    ) -> None:
         env = _child_env(
             {
                 "OUTBOX_DATABASE_URL": database_url,
                 "OUTBOX_TELEGRAM_API_URL": api_url,
                 "OUTBOX_LOG_LEVEL": "WARNING",
+                "TELEGRAM_BOT_TOKEN": token,
             }
         )
         self._proc = subprocess.Popen(

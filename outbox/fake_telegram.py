@@ -15,10 +15,11 @@ errors included (a query answered twice, a message not modified). Unlike the rea
 bots may long-poll at once: Telegram answers the second with 409 Conflict, the fake hands both
 the same updates, which is the worst case a bot's own duplicate check must survive.
 
-Rate limits (``enforce_limits``): 30 messages in any 1 s window per bot, 1 message in any 1 s
-window per private chat (no burst, so a second message within a second is refused), 20 messages
-in any 60 s window per group (negative chat id). Limits are checked before scripted faults; a
-refused message consumes no fault and takes no slot.
+Rate limits (``enforce_limits``), kept for each bot (the numeric part of its token) apart, as
+Telegram keeps them: 30 messages in any 1 s window per bot, 1 message in any 1 s window per
+private chat (no burst, so a second message within a second is refused), 20 messages in any 60 s
+window per group (negative chat id). Limits are checked before scripted faults; a refused
+message consumes no fault and takes no slot.
 """
 
 from __future__ import annotations
@@ -125,6 +126,7 @@ class RequestRecord:
     method: str  # never contains the token
     at: float  # time.monotonic() when the request arrived
     status: int  # HTTP status answered; 0 when the connection was dropped
+    bot_id: int = 0  # the numeric part of the token; 0 when the token was malformed
 
 
 @dataclass(frozen=True, slots=True)
@@ -345,7 +347,7 @@ def _parse_chat_id(raw: Any) -> int | None:
 
 
 class _Limiter:
-    """Sliding-window counters of accepted messages (see the module docstring)."""
+    """One bot's sliding-window counters of accepted messages (see the module docstring)."""
 
     bot_per_second = 30
     private_per_second = 1
@@ -410,6 +412,11 @@ def _chat(chat_id: int, first_name: str = "") -> dict[str, Any]:
     return {"id": chat_id, "title": f"Group {chat_id}", "type": kind}
 
 
+def _bot_id(token: str) -> int:
+    """The numeric part of a well-formed token is the bot's user id."""
+    return int(token.split(":", 1)[0])
+
+
 def _flag(value: Any) -> bool:
     return str(value).lower() == "true"
 
@@ -429,7 +436,7 @@ class FakeTelegram:
         self._requests: list[RequestRecord] = []
         self._scripts: dict[int | None, deque[_Entry]] = {}
         self._message_ids: dict[int, int] = {}
-        self._limiter = _Limiter()
+        self._limiters: dict[int, _Limiter] = {}  # by bot id
         self.rejected_429 = 0
         # Called with the chat id of every well-formed sendMessage before it is answered, on the
         # server's thread: tests inject faults that are not answers (the sender killed mid-send).
@@ -482,7 +489,7 @@ class FakeTelegram:
             self._requests.clear()
             self._scripts.clear()
             self._message_ids.clear()
-            self._limiter = _Limiter()
+            self._limiters.clear()
             self.rejected_429 = 0
             self._people = _People()
 
@@ -496,6 +503,11 @@ class FakeTelegram:
             raise ValueError("times must be >= 1 or None")
         with self._lock:
             self._scripts.setdefault(chat_id, deque()).append(_Entry(fault, times))
+
+    def _admit(self, bot_id: int, chat_id: int) -> int:
+        """The bot's limiter admits the message (0) or names the retry_after; under the lock."""
+        limiter = self._limiters.setdefault(bot_id, _Limiter())
+        return limiter.admit(chat_id, time.monotonic())
 
     def _take_fault(self, chat_id: int) -> Fault | None:
         for key in (chat_id, None):
@@ -636,28 +648,32 @@ class FakeTelegram:
 
     # ---- Bot API ----
 
-    def _record(self, chat_id: int | None, method: str, at: float, status: int) -> None:
+    def _record(
+        self, bot_id: int, chat_id: int | None, method: str, at: float, status: int
+    ) -> None:
         with self._lock:
-            self._requests.append(RequestRecord(chat_id, method, at, status))
+            self._requests.append(RequestRecord(chat_id, method, at, status, bot_id))
             if status == 429:
                 self.rejected_429 += 1
 
     async def _answer(
         self,
+        bot_id: int,
         chat_id: int | None,
         method: str,
         at: float,
         response: web.Response,
+        *,
         delay: float = 0.0,
     ) -> web.Response:
-        self._record(chat_id, method, at, response.status)
+        self._record(bot_id, chat_id, method, at, response.status)
         if self.latency + delay > 0:
             await asyncio.sleep(self.latency + delay)
         return response
 
     def _bot_user(self, token: str, full: bool) -> dict[str, Any]:
         # The numeric part of a token is the bot's user id; the secret part is never echoed.
-        user = {"id": int(token.split(":", 1)[0]), **_BOT_USER}
+        user = {"id": _bot_id(token), **_BOT_USER}
         return {**user, **_BOT_ME} if full else user
 
     async def _bot_api(self, request: web.Request) -> web.StreamResponse:  # noqa: PLR0911
@@ -666,21 +682,22 @@ class FakeTelegram:
         raw_method = request.match_info["method"]
         method = _METHODS.get(raw_method.lower(), raw_method[:64])
         if not TOKEN_RE.fullmatch(token):
-            return await self._answer(None, method, at, _error(404, "Not Found"))
+            return await self._answer(0, None, method, at, _error(404, "Not Found"))
+        bot_id = _bot_id(token)
         if self._token_digest is not None and not hmac.compare_digest(
             hashlib.sha256(token.encode()).digest(), self._token_digest
         ):
-            return await self._answer(None, method, at, _error(401, "Unauthorized"))
+            return await self._answer(bot_id, None, method, at, _error(401, "Unauthorized"))
         if method == "getMe":
             me = {"ok": True, "result": self._bot_user(token, full=True)}
-            return await self._answer(None, method, at, _json_response(200, me))
+            return await self._answer(bot_id, None, method, at, _json_response(200, me))
         if method not in _METHODS.values():
-            return await self._answer(None, method, at, _error(404, "Not Found"))
+            return await self._answer(bot_id, None, method, at, _error(404, "Not Found"))
         try:
             params = await _read_params(request)
         except ValueError:
             bad_json = _error(400, "Bad Request: can't parse JSON object")
-            return await self._answer(None, method, at, bad_json)
+            return await self._answer(bot_id, None, method, at, bad_json)
         except ConnectionResetError:
             # The client vanished mid-request (a relay killed with -9): nothing was delivered
             # and nobody is left to answer.
@@ -688,7 +705,7 @@ class FakeTelegram:
         if method == "sendMessage":
             return await self._send_message(request, token, params, at)
         if method == "getUpdates":
-            return await self._answer(None, method, at, await self._get_updates(params))
+            return await self._answer(bot_id, None, method, at, await self._get_updates(params))
         handler = {
             "answerCallbackQuery": self._answer_callback_query,
             "editMessageText": self._edit_message_text,
@@ -697,7 +714,7 @@ class FakeTelegram:
             "getWebhookInfo": self._webhook_info,
             "setMyCommands": self._set_my_commands,
         }[method]
-        return await self._answer(None, method, at, handler(params, token))
+        return await self._answer(bot_id, None, method, at, handler(params, token))
 
     async def _get_updates(self, params: dict[str, Any]) -> web.Response:
         """Confirm the updates below ``offset``; wait up to ``timeout`` s for newer ones."""
@@ -833,18 +850,19 @@ class FakeTelegram:
     async def _send_message(
         self, request: web.Request, token: str, params: dict[str, Any], at: float
     ) -> web.StreamResponse:
-        method = "sendMessage"
+        method, bot_id = "sendMessage", _bot_id(token)
         chat_id, text, plain, parse_mode, problem = _check_send(params)
         if problem is not None or chat_id is None:
-            return await self._answer(chat_id, method, at, _error(400, f"Bad Request: {problem}"))
+            bad_request = _error(400, f"Bad Request: {problem}")
+            return await self._answer(bot_id, chat_id, method, at, bad_request)
         if self.on_send is not None:
             self.on_send(chat_id)
         with self._lock:
-            wait = self._limiter.admit(chat_id, time.monotonic()) if self.enforce_limits else 0
+            wait = self._admit(bot_id, chat_id) if self.enforce_limits else 0
             fault = None if wait else self._take_fault(chat_id)
         if wait:
             response = _error(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})
-            return await self._answer(chat_id, method, at, response)
+            return await self._answer(bot_id, chat_id, method, at, response)
         if fault is not None and fault.status:
             if fault.kind == "bad_gateway_html":
                 response = web.Response(
@@ -852,26 +870,25 @@ class FakeTelegram:
                 )
             else:
                 response = _error(fault.status, fault.description, dict(fault.parameters))
-            return await self._answer(chat_id, method, at, response, fault.delay)
+            return await self._answer(bot_id, chat_id, method, at, response, delay=fault.delay)
 
         markup, markup_problem = _read_markup(params.get("reply_markup"))
         if markup_problem is not None:
             bad_markup = _error(400, f"Bad Request: {markup_problem}")
-            return await self._answer(chat_id, method, at, bad_markup)
+            return await self._answer(bot_id, chat_id, method, at, bad_markup)
         message: dict[str, Any] = {}
         if fault is None or fault.delivered:
             message = self._deliver(chat_id, text, plain, parse_mode, token, markup=markup)
         if fault is not None and fault.kind == "drop":
-            self._record(chat_id, method, at, 0)
+            self._record(bot_id, chat_id, method, at, 0)
             if self.latency > 0:
                 await asyncio.sleep(self.latency)
             if request.transport is not None:
                 request.transport.close()
             return web.Response()  # never sent: the transport is closed
+        sent = _json_response(200, {"ok": True, "result": message})
         delay = fault.delay if fault is not None else 0.0
-        return await self._answer(
-            chat_id, method, at, _json_response(200, {"ok": True, "result": message}), delay
-        )
+        return await self._answer(bot_id, chat_id, method, at, sent, delay=delay)
 
     def _deliver(
         self,
@@ -895,7 +912,7 @@ class FakeTelegram:
                     wall,
                     parse_mode,
                     markup,
-                    int(token.split(":", 1)[0]),
+                    _bot_id(token),
                 )
             )
             message: dict[str, Any] = {

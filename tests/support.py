@@ -32,6 +32,7 @@ from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
 
 __all__ = [
+    "DEFAULT_LIMITS",
     "UNLIMITED",
     "OwnPostgres",
     "RelayProcess",
@@ -52,6 +53,14 @@ __all__ = [
 
 # Rate limits off: tests that are not about pacing need not wait for Telegram's limits.
 UNLIMITED = RateLimits(per_bot=0, per_chat=0, per_group_per_minute=0)
+
+# relay_env's settings that put the relay's own default limits back (Telegram's: per bot, per
+# private chat, per group), for the tests about keeping them.
+DEFAULT_LIMITS = {
+    "OUTBOX_RATE_LIMIT": f"{RateLimits().per_bot:g}",
+    "OUTBOX_CHAT_RATE_LIMIT": f"{RateLimits().per_chat:g}",
+    "OUTBOX_GROUP_RATE_LIMIT": f"{RateLimits().per_group_per_minute:g}",
+}
 
 
 def make_relay(db_url: str, fake: FakeTelegram, **config: Any) -> Relay:

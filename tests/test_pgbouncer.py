@@ -1,7 +1,8 @@
 """Relays and operator commands behind a real PgBouncer in transaction pooling mode.
 
 ``--poll-only`` is the PgBouncer mode: no LISTEN, no server-side prepared statements, and
-every lock the relay relies on lasts one transaction. These tests run it through the
+every lock the relay relies on lasts one transaction; relays of one bot still keep its limits
+and its flood pause together, through the database. These tests run it through the
 distribution's pgbouncer (tests/pgbouncer.py); without it they skip and say so.
 """
 
@@ -24,11 +25,12 @@ import pytest
 import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 
-from outbox import migrate
-from outbox.fake_telegram import FakeTelegram
+from outbox import enqueue, migrate
+from outbox.fake_telegram import FakeTelegram, Fault
 from tests import pgbouncer
 from tests.pgbouncer import PgBouncer
 from tests.support import (
+    DEFAULT_LIMITS,
     RelayProcess,
     Relays,
     add_rows_for_retention,
@@ -89,6 +91,50 @@ def states(engine: sa.Engine) -> dict[str, int]:
     return {state: int(count) for state, count in found}
 
 
+def start_two(relays: Relays, **settings: str) -> list[RelayProcess]:
+    """Two relays of the bot, both connected through PgBouncer."""
+    started = [relays.start(**settings) for _ in range(2)]
+    for relay in started:
+        wait_until(
+            partial(connected, relay),
+            30,
+            f"{relay.name} to connect through pgbouncer",
+            explain=relays.describe,
+        )
+    return started
+
+
+def sent_by(relay: RelayProcess) -> int:
+    """The messages a stopped relay says it sent."""
+    return int(re.findall(r"relay stopped: (\d+) sent", relay.stderr + relay.stdout)[-1])
+
+
+def settled(engine: sa.Engine) -> bool:
+    """No row waits to be sent or is being sent."""
+    return not {"kutmoqda", "bajarilmoqda"} & states(engine).keys()
+
+
+def paused(engine: sa.Engine) -> bool:
+    """The default queue's state says its bot is paused now."""
+    with engine.begin() as conn:
+        return bool(
+            conn.exec_driver_sql(
+                "SELECT coalesce(bool_or(pauza_tugashi > now()), false) FROM navbat_holati "
+                "WHERE navbat = 'default'"
+            ).scalar_one()
+        )
+
+
+def busiest_second(moments: list[float]) -> int:
+    """The most of ``moments`` (seconds) that fall within any 1 s."""
+    ordered, most, first = sorted(moments), 0, 0
+    for last, moment in enumerate(ordered):
+        while moment - ordered[first] >= 1.0:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
 def test_the_pgbouncer_runs_transaction_pooling(bouncer: PgBouncer, db_url: str) -> None:
     url = bouncer.url(db_url)
     with (
@@ -115,14 +161,7 @@ def test_two_poll_only_relays_deliver_every_message_once(
     # Small batches and no claim-ahead, so that neither relay takes the whole queue at once.
     settings = {"OUTBOX_BATCH_SIZE": "8", "OUTBOX_CLAIM_AHEAD": "0", "OUTBOX_CONCURRENCY": "4"}
     with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
-        started = [relays.start(**settings) for _ in range(2)]
-        for relay in started:
-            wait_until(
-                partial(connected, relay),
-                30,
-                f"{relay.name} to connect through pgbouncer",
-                explain=relays.describe,
-            )
+        started = start_two(relays, **settings)
         enqueue_numbered(engine, n, first_chat=first_chat)
         wait_until(
             lambda: fake_telegram.count() >= n, 60, f"{n} deliveries", explain=relays.describe
@@ -130,15 +169,83 @@ def test_two_poll_only_relays_deliver_every_message_once(
         wait_until(lambda: states(engine) == {"bajarildi": n}, 30, "every row done")
         exits = [relay.stop() for relay in started]
         assert exits == [0, 0], relays.describe()
-        sent = [
-            int(re.findall(r"relay stopped: (\d+) sent", r.stderr + r.stdout)[-1]) for r in started
-        ]
+        sent = [sent_by(relay) for relay in started]
         logs = relays.describe()
     chats = Counter(d.chat_id for d in fake_telegram.delivered)
     assert sorted(chats) == list(range(first_chat, first_chat + n))
     assert set(chats.values()) == {1}
     assert sum(sent) == n and min(sent) > 0, sent  # both relays took part
     assert "Traceback" not in logs and "prepared statement" not in logs, logs
+
+
+def test_two_poll_only_relays_keep_the_bots_limits_together_through_pgbouncer(
+    engine: sa.Engine, db_url: str, bouncer: PgBouncer, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    fake_telegram.enforce_limits = True  # Telegram's 30/s per bot and 1/s per private chat
+    n, first_chat, busy_chat, to_busy_chat = 240, 60_000, 61_000, 6
+    with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
+        started = start_two(relays, **DEFAULT_LIMITS)
+        enqueue_numbered(engine, n, first_chat=first_chat)
+        with engine.begin() as conn:
+            for k in range(to_busy_chat):
+                enqueue(conn, key=f"busy-{k}", payload={"chat_id": busy_chat, "text": f"b{k}"})
+        # Until no row waits: a relay over the limits fails rows for good, and says so below.
+        wait_until(lambda: settled(engine), 40, "every row settled", explain=relays.describe)
+        assert [relay.stop() for relay in started] == [0, 0], relays.describe()
+        sent = [sent_by(relay) for relay in started]
+        logs = relays.describe()
+    assert states(engine) == {"bajarildi": n + to_busy_chat}
+    delivered = Counter((d.chat_id, d.text) for d in fake_telegram.delivered)
+    assert len(delivered) == n + to_busy_chat and set(delivered.values()) == {1}
+    sends = [r for r in fake_telegram.requests if r.method == "sendMessage"]
+    refused = [(r.chat_id, round(r.at, 3)) for r in sends if r.status == 429]
+    assert len(refused) <= 0.01 * len(sends), (len(sends), refused)
+    # Both relays sent, and together no faster than the bot may: 30/s on average, and in any
+    # second at most the two late sends the 1 % above allows.
+    assert min(sent) > 0, sent
+    moments = [r.at for r in sends]
+    assert (len(moments) - 1) / (max(moments) - min(moments)) <= 30
+    assert busiest_second(moments) <= 32
+    assert "Traceback" not in logs and "prepared statement" not in logs, logs
+
+
+def test_a_429_pauses_both_poll_only_relays_through_pgbouncer(
+    engine: sa.Engine, db_url: str, bouncer: PgBouncer, fake_telegram: FakeTelegram, tmp_path: Path
+) -> None:
+    pause, flooded_chat, first_chat, n = 3, 70_000, 71_000, 30
+    fake_telegram.script(flooded_chat, Fault.retry_after(pause))
+    with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
+        started = start_two(relays)  # rate limits off: nothing but the pause holds a send back
+        with engine.begin() as conn:
+            enqueue(conn, key="flooded", payload={"chat_id": flooded_chat, "text": "429"})
+        wait_until(
+            lambda: fake_telegram.stats()["rejected_429"] == 1,
+            20,
+            "the 429",
+            explain=relays.describe,
+        )
+        [flooded_at] = [r.at for r in fake_telegram.requests if r.status == 429]
+        # Once the pause is in the queue's state, both relays have work and must wait.
+        wait_until(lambda: paused(engine), 10, "the pause written", explain=relays.describe)
+        enqueue_numbered(engine, n, first_chat=first_chat)
+        wait_until(
+            lambda: states(engine) == {"bajarildi": n + 1},
+            30,
+            "every row done",
+            explain=relays.describe,
+        )
+        assert [relay.stop() for relay in started] == [0, 0], relays.describe()
+    sends = [r for r in fake_telegram.requests if r.method == "sendMessage"]
+    during = [round(r.at - flooded_at, 3) for r in sends if flooded_at < r.at < flooded_at + pause]
+    assert during == [], relays.describe()
+    assert sorted(d.chat_id for d in fake_telegram.delivered) == [
+        flooded_chat,
+        *range(first_chat, first_chat + n),
+    ]
+    # One relay got the 429; the other read the pause from the queue's state.
+    [flooded] = [r for r in started if "flood control (429)" in r.stderr]
+    [other] = [r for r in started if r is not flooded]
+    assert "flood control: the bot must wait" in other.stderr, other.describe()
 
 
 def test_the_reaper_returns_an_expired_claim_through_pgbouncer(
