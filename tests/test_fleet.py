@@ -25,14 +25,8 @@ from outbox.queries import announce_pause, queue_timing
 from outbox.schema import pause_channel
 from outbox.telegram import bot_id_of
 from tests.conftest import TEST_TOKEN
-from tests.support import Relays, relay_env, row, states, wait_until
+from tests.support import DEFAULT_LIMITS, Relays, relay_env, row, states, wait_until
 
-# Telegram's limits as the relay keeps them by default.
-LIMITS = {
-    "OUTBOX_RATE_LIMIT": "29",
-    "OUTBOX_CHAT_RATE_LIMIT": "1",
-    "OUTBOX_GROUP_RATE_LIMIT": "20",
-}
 BOT = bot_id_of(TEST_TOKEN)  # the key of the test bot's shared limits and pause
 
 
@@ -57,7 +51,7 @@ def test_three_relays_keep_the_bots_limits_together(
             for n in range(2):
                 enqueue(conn, key=f"m{chat}-{n}", payload=text(chat, n))
     expected = 2 * len(chats)
-    env = relay_env(db_url, strict_fake.api_url, **LIMITS)
+    env = relay_env(db_url, strict_fake.api_url, **DEFAULT_LIMITS)
     with Relays(env, tmp_path).running() as fleet:
         started = [fleet.start() for _ in range(3)]
         wait_until(

@@ -319,6 +319,7 @@ def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> N
             sender,
             concurrency=1,
             max_chat_hold=1.5,
+            per_bot=0,
             retry=RetryPolicy(),
             limiter=limiter,
             flood=flood,
@@ -345,3 +346,13 @@ def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> N
         return sender.sent_at[0] - now
 
     assert 1.15 < asyncio.run(scenario()) < 1.7  # the pause's end, not 2 s (1 s behind it)
+
+
+def test_a_send_late_for_its_slot_keeps_the_bot_within_one_message_a_second() -> None:
+    from outbox.relay.send_pool import LATE_FOR_SLOT, late_for_slot
+
+    # Sends come at most one slot late: any second of the fleet holds per_bot + 1 at most.
+    for rate in (28, 29):
+        assert (1 + late_for_slot(rate)) * rate <= rate + 1 + 1e-9
+    assert late_for_slot(2) == LATE_FOR_SLOT  # slow bots keep the usual allowance
+    assert late_for_slot(0) == LATE_FOR_SLOT  # no per-bot limit

@@ -82,6 +82,7 @@ class Relay:
             sender,
             concurrency=config.concurrency,
             max_chat_hold=config.max_chat_hold,
+            per_bot=config.rate_limits.per_bot,
             retry=config.retry,
             limiter=self._limiter,
             flood=self.flood,

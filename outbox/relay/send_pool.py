@@ -19,7 +19,7 @@ from outbox.retry import RetryPolicy, decide
 from outbox.states import State
 from outbox.telegram import Sender, SentMessage, send_message_args
 
-__all__ = ["LATE_FOR_SLOT", "SendPool"]
+__all__ = ["LATE_FOR_SLOT", "SendPool", "late_for_slot"]
 
 log = logging.getLogger("outbox.relay")
 
@@ -29,6 +29,13 @@ RECHECK_AFTER = 0.05
 # A row whose reserved send slot passed longer ago than this is not sent in it (a busy event
 # loop, a slow database answer); the chat spacing the claim keeps includes this much.
 LATE_FOR_SLOT = 0.1
+
+
+def late_for_slot(per_bot: float) -> float:
+    """How late a send may be for its slot. With a per-bot limit, one slot at most: then any
+    second holds at most ``per_bot + 1`` sends of the fleet (29 at the default 28)."""
+    return min(LATE_FOR_SLOT, 1.0 / per_bot) if per_bot > 0 else LATE_FOR_SLOT
+
 
 _CUT_OFF = Failure(
     FailureKind.TRANSIENT,
@@ -46,6 +53,7 @@ class SendPool:
         *,
         concurrency: int,
         max_chat_hold: float,
+        per_bot: float,
         retry: RetryPolicy,
         limiter: RateLimiter,
         flood: FloodControl,
@@ -58,6 +66,7 @@ class SendPool:
     ) -> None:
         self._sender = sender
         self._max_chat_hold = max_chat_hold
+        self._late_for_slot = late_for_slot(per_bot)
         self._retry = retry
         self._limiter = limiter
         self._flood = flood
@@ -221,7 +230,7 @@ class SendPool:
             self._release(row)
             return None
         now = asyncio.get_running_loop().time()
-        if now > at + LATE_FOR_SLOT:
+        if now > at + self._late_for_slot:
             # Sent now it would crowd the slots of the bot's other relays, or its chat's next
             # message: back to the queue, to be claimed with a new slot.
             self._total.deferred += 1
