@@ -27,7 +27,9 @@ from alembic.runtime.migration import MigrationContext
 
 from outbox import enqueue, migrate
 from outbox.fake_telegram import FakeTelegram, Fault
+from outbox.telegram import bot_id_of
 from tests import pgbouncer
+from tests.conftest import TEST_TOKEN
 from tests.pgbouncer import PgBouncer
 from tests.support import (
     DEFAULT_LIMITS,
@@ -115,12 +117,13 @@ def settled(engine: sa.Engine) -> bool:
 
 
 def paused(engine: sa.Engine) -> bool:
-    """The default queue's state says its bot is paused now."""
+    """The test bot's state row says it is paused now."""
     with engine.begin() as conn:
         return bool(
             conn.exec_driver_sql(
-                "SELECT coalesce(bool_or(pauza_tugashi > now()), false) FROM navbat_holati "
-                "WHERE navbat = 'default'"
+                "SELECT coalesce(bool_or(pauza_tugashi > now()), false) FROM bot_holati "
+                "WHERE bot = %(bot)s",
+                {"bot": bot_id_of(TEST_TOKEN)},
             ).scalar_one()
         )
 
