@@ -268,8 +268,8 @@ def _relay_flags(parser: _Parser) -> None:
         convert=_queue_names,
         action=_QueuesAction,
         dest="queues",
-        help="the queues (bots) this relay serves, with this relay's bot token; repeat or "
-        "separate with commas (default: default)",
+        help="the queues this relay serves, all of its bot (the token): they share the bot's "
+        "limits and flood pause; repeat or separate with commas (default: default)",
     )
     parser.add(
         "--slot-horizon",
@@ -283,7 +283,7 @@ def _relay_flags(parser: _Parser) -> None:
         env="OUTBOX_RATE_LIMIT",
         default=_LIMITS.per_bot,
         convert=_non_negative_float,
-        help="messages/s per bot; 0 switches it off",
+        help="messages/s per bot, for all its relays together; 0 switches it off",
     )
     parser.add(
         "--chat-rate-limit",
