@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -26,8 +27,11 @@ from outbox import queries
 from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
 from outbox.fake_telegram import FakeTelegram
-from outbox.ratelimit import RateLimits
-from outbox.relay import Relay
+from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.relay import Relay, RunSummary
+from outbox.relay.completer import Completer
+from outbox.relay.connection import Connection
+from outbox.relay.flood import FloodControl
 from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
 
@@ -43,9 +47,12 @@ __all__ = [
     "eventually",
     "insert_raw",
     "make_relay",
+    "outcome_writer",
     "relay_env",
     "row",
     "rows_and_markers",
+    "run_module",
+    "start_own_postgres",
     "states",
     "wait_until",
 ]
@@ -101,6 +108,43 @@ def relay_env(db_url: str, api_url: str, **settings: str) -> dict[str, str]:
     )
     env.update(settings)
     return env
+
+
+def outcome_writer(db_url: str) -> tuple[Completer, Connection, RunSummary]:
+    """A relay's outcome writer (schema ``public``) on a connection of its own, and its counts;
+    the caller closes the connection."""
+    stopping, total = asyncio.Event(), RunSummary()
+    connection = Connection(db_url, "record", stopping)
+    completer = Completer(
+        connection,
+        schema="public",
+        flush_interval=0.02,
+        grace_seconds=0.0,
+        stopping=stopping,
+        total=total,
+        flood=FloodControl(RateLimiter(), schema="public"),
+    )
+    return completer, connection, total
+
+
+def run_module(
+    module: str,
+    *argv: str,
+    env: Mapping[str, str],
+    cwd: Path | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """``python -m module argv...`` in a process of its own (``outbox.cli``, ``reminders``),
+    its output captured; the exit code is the caller's to check."""
+    return subprocess.run(
+        [sys.executable, "-m", module, *argv],
+        env=dict(env),
+        cwd=cwd,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
 
 
 class RelayProcess:
@@ -342,6 +386,16 @@ class OwnPostgres:
             if self.logfile.exists():
                 err.add_note(f"server log: {self.logfile.read_text(errors='replace')[-2000:]}")
             raise
+
+
+def start_own_postgres(base: Path) -> OwnPostgres:
+    """A private PostgreSQL server, started (the test skips where one cannot be set up)."""
+    try:
+        server = OwnPostgres(base)
+    except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
+        pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
+    server.start()
+    return server
 
 
 def free_port() -> int:

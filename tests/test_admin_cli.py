@@ -4,15 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import os
-import subprocess
-import sys
 
 import pytest
 import sqlalchemy as sa
 
 from outbox.cli import main
 from outbox.fake_telegram import FakeTelegram
-from tests.support import eventually, make_relay
+from tests.support import eventually, make_relay, run_module
 from tests.test_admin import add, add_failed, add_marker, row, run
 
 UNREACHABLE = "postgresql://outbox:secret@127.0.0.1:1/outbox"
@@ -104,14 +102,7 @@ def test_a_database_without_the_schema_exits_5(
 )
 def test_the_real_command_prints_no_traceback(argv: list[str], code: int, message: str) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_"))}
-    done = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_module("outbox.cli", *argv, env=env)
     assert done.returncode == code
     assert done.stdout == ""
     assert one_line(done.stderr).startswith(message)

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 
 import psycopg
 from alembic import command
@@ -13,6 +11,7 @@ from alembic import command
 from outbox import migrate
 from outbox.schema import current_schema
 from reminders.migrate import HISTORY, migrate_all
+from tests.support import run_module
 
 
 def _tables(url: str) -> set[str]:
@@ -63,14 +62,7 @@ def test_the_trigger_follows_only_a_relays_outcome(db_url: str) -> None:
 
 def test_the_trigger_works_with_the_outbox_in_its_own_schema(empty_db_url: str) -> None:
     env = {**os.environ, "OUTBOX_SCHEMA": "jobs", "OUTBOX_DATABASE_URL": empty_db_url}
-    ran = subprocess.run(
-        [sys.executable, "-m", "reminders", "migrate"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
-    )
+    ran = run_module("reminders", "migrate", env=env, timeout=120)
     assert ran.returncode == 0, ran.stderr
     with psycopg.connect(empty_db_url, autocommit=True) as conn:
         conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11)")

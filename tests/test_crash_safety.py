@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 import re
 import signal
-import subprocess
 import time
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -21,12 +20,12 @@ from outbox.db import async_connect, create_engine
 from outbox.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
 from tests.support import (
-    OwnPostgres,
     Relays,
     enqueue_numbered,
     insert_raw,
     relay_env,
     row,
+    start_own_postgres,
     states,
     wait_until,
 )
@@ -176,11 +175,7 @@ def test_a_relay_hung_past_its_lease_is_reaped_and_its_late_result_discarded(
 def test_relay_rides_out_a_postgres_restart_by_itself(
     fake_telegram: FakeTelegram, tmp_path: Path
 ) -> None:
-    try:
-        server = OwnPostgres(tmp_path / "pg")
-    except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
-        pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
-    server.start()
+    server = start_own_postgres(tmp_path / "pg")
     engine = create_engine(server.url, pool_pre_ping=True)
     try:
         migrate.upgrade(server.url)

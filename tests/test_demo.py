@@ -1,28 +1,28 @@
-"""`reminders demo` (what `make demo` runs) tells the whole story, in a process of its own."""
+"""`reminders demo` (what `make demo` runs) tells the whole story, in a process of its own, and
+ends with a conversation with the bot: sign-up, a task, both buttons."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
+from tests.support import run_module
+
+
+@pytest.fixture(scope="module")
+def demo_runs(tmp_path_factory: pytest.TempPathFactory) -> list[subprocess.CompletedProcess[str]]:
+    """Two runs in one data folder (the second starts from a clean slate); the tests read them."""
+    data = tmp_path_factory.mktemp("demo") / "data"
+    env = {**os.environ, "OUTBOX_DATA_DIR": str(data)}
+    env.pop("OUTBOX_DATABASE_URL", None)
+    return [run_module("reminders", "demo", env=env, timeout=120) for _ in range(2)]
+
 
 @pytest.mark.slow
-def test_demo_runs_end_to_end_and_again(tmp_path: Path) -> None:
-    env = {**os.environ, "OUTBOX_DATA_DIR": str(tmp_path / "data")}
-    env.pop("OUTBOX_DATABASE_URL", None)
-    for _ in range(2):  # the second run starts from a clean slate in the same data folder
-        ran = subprocess.run(
-            [sys.executable, "-m", "reminders", "demo"],
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
-            check=False,
-        )
+def test_demo_runs_end_to_end_and_again(demo_runs: list[subprocess.CompletedProcess[str]]) -> None:
+    for ran in demo_runs:
         assert ran.returncode == 0, ran.stderr
         out = ran.stdout
         assert "to Aziza (1001)" in out and "to Bobur (1002)" in out
@@ -33,3 +33,33 @@ def test_demo_runs_end_to_end_and_again(tmp_path: Path) -> None:
         final = out.split("The outbox at the end:")[1]
         assert final.count("bajarildi") == 3 and "xato " not in final
         assert "Traceback" not in ran.stderr
+
+
+@pytest.mark.slow
+def test_demo_shows_a_conversation_with_the_bot(
+    demo_runs: list[subprocess.CompletedProcess[str]],
+) -> None:
+    ran = demo_runs[0]
+    assert ran.returncode == 0, ran.stderr
+    talk = ran.stdout.split("A conversation with the vazifalar bot")[1]
+    steps = [
+        "Jasur: /start",
+        "bot: Assalomu alaykum, Jasur!",
+        "Jasur: /add Non olish 2s",
+        "bot: ✅ Qo'shildi: #5 Non olish",
+        "bot: ⏰ Eslatma: Non olish",
+        "[✅ Bajarildi]  [⏰ Keyinroq (2 soniya)]  [⏰ Keyinroq (1 soat)]",
+        "Jasur: presses ⏰ Keyinroq (2 soniya)",
+        "bot: (notice) 2 soniyadan keyin yana eslataman",
+        "bot: ⏰ Eslatma: Non olish",
+        "Jasur: presses ✅ Bajarildi",
+        "bot: (notice) Bajarildi ✅",
+        "(reminder now reads) ✅ Bajarildi: Non olish",
+        "bot: Ochiq vazifalar yo'q.",
+    ]
+    at = 0
+    for step in steps:
+        found = talk.find(step, at)
+        assert found >= 0, f"{step!r} missing after position {at}:\n{talk}"
+        at = found + len(step)
+    assert "Traceback" not in ran.stderr

@@ -8,8 +8,6 @@ import collections
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,7 +23,7 @@ from outbox.queries import announce_pause, queue_timing
 from outbox.schema import pause_channel
 from outbox.telegram import bot_id_of
 from tests.conftest import TEST_TOKEN
-from tests.support import DEFAULT_LIMITS, Relays, relay_env, row, states, wait_until
+from tests.support import DEFAULT_LIMITS, Relays, relay_env, row, run_module, states, wait_until
 
 BOT = bot_id_of(TEST_TOKEN)  # the key of the test bot's shared limits and pause
 
@@ -261,23 +259,10 @@ def test_status_list_and_replay_take_a_queue(engine: sa.Engine, db_url: str) -> 
         assert [r.replayed for r in replayed] == [True]
     assert row(engine, "bot1-1")["holat"] == "kutmoqda"
     assert row(engine, "bot2-1")["holat"] == "xato"
-    done = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "status", "--queue", "bot2", "--json"],
-        env={**os.environ, "OUTBOX_DATABASE_URL": db_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url}
+    done = run_module("outbox.cli", "status", "--queue", "bot2", "--json", env=env)
     assert json.loads(done.stdout)["holat"]["xato"] == 1, done.stderr
-    bad = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "list", "--queue", "no way"],
-        env={**os.environ, "OUTBOX_DATABASE_URL": db_url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    bad = run_module("outbox.cli", "list", "--queue", "no way", env=env)
     assert bad.returncode != 0 and "Traceback" not in bad.stderr
 
 

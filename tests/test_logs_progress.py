@@ -17,7 +17,7 @@ import sqlalchemy as sa
 from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.redact import JsonFormatter
 from tests.conftest import TEST_TOKEN
-from tests.support import enqueue_numbered, free_port, relay_env, states, wait_until
+from tests.support import enqueue_numbered, free_port, relay_env, run_module, states, wait_until
 
 
 def _json_lines(text: str) -> list[dict[str, Any]]:
@@ -55,14 +55,12 @@ def test_the_relay_logs_json_lines_about_each_message(
                 '(\'blocked-user\', \'{"chat_id": 777, "text": "salom"}\')'
             )
         )
-    done = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "relay", "--drain", "--log-format", "json"],
+    done = run_module(
+        "outbox.cli",
+        *("relay", "--drain", "--log-format", "json"),
         env=relay_env(db_url, fake_telegram.api_url),
-        capture_output=True,
-        text=True,
-        timeout=120,
-        check=False,
         cwd=tmp_path,
+        timeout=120,
     )
     assert done.returncode == 0, done.stderr
     lines = _json_lines(done.stderr)

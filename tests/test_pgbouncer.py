@@ -41,6 +41,7 @@ from tests.support import (
     relay_env,
     row,
     rows_and_markers,
+    run_module,
     wait_until,
 )
 
@@ -61,15 +62,7 @@ def poll_only(bouncer: PgBouncer, db_url: str, fake: FakeTelegram, tmp_path: Pat
 def outbox(url: str, *args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
     """An ``outbox`` command in a process of its own; a non-zero exit fails the test."""
     env = relay_env(url, "http://127.0.0.1:1")
-    done = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", *args],
-        env=env,
-        check=False,
-        cwd=cwd,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = run_module("outbox.cli", *args, env=env, cwd=cwd)
     assert done.returncode == 0, f"outbox {' '.join(args)}: {done.returncode}\n{done.stderr}"
     return done
 

@@ -13,7 +13,6 @@ import json
 import os
 import signal
 import subprocess
-import sys
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
@@ -24,7 +23,7 @@ import sqlalchemy as sa
 from outbox import api, migrate, queries
 from outbox.db import async_connect, create_engine
 from outbox.fake_telegram import FakeTelegram
-from tests.support import Relays, enqueue_numbered, states, wait_until
+from tests.support import Relays, enqueue_numbered, run_module, states, wait_until
 
 GOOD = 20
 FIRST_CHAT = 1000
@@ -68,14 +67,7 @@ def row(engine: sa.Engine, key: str) -> dict[str, Any]:
 def outbox_cli(db_url: str, *argv: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OUTBOX_")}
     env["OUTBOX_DATABASE_URL"] = db_url
-    return subprocess.run(
-        [sys.executable, "-m", "outbox.cli", *argv],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    return run_module("outbox.cli", *argv, env=env)
 
 
 @dataclass(frozen=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import signal
-import subprocess
 import time
 import uuid
 from pathlib import Path
@@ -20,22 +19,21 @@ from outbox import enqueue, migrate, queries
 from outbox.db import create_engine
 from outbox.errors import OutboxError
 from outbox.fake_telegram import FakeTelegram, Fault
-from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.ratelimit import RateLimits
 from outbox.relay import RunSummary
-from outbox.relay.completer import Completer
 from outbox.relay.connection import DB_LOST, Connection
-from outbox.relay.flood import FloodControl
 from outbox.states import State
 from tests.conftest import TEMPLATE, TEST_TOKEN
 from tests.support import (
-    OwnPostgres,
     Relays,
     backends,
     enqueue_numbered,
     free_port,
     make_relay,
+    outcome_writer,
     relay_env,
     row,
+    start_own_postgres,
     states,
     wait_until,
 )
@@ -88,11 +86,7 @@ def test_a_database_restart_while_rows_wait_for_their_turn_reopens_few_connectio
     """Rows that wait for the rate limit check their claim when their turn comes: during an
     outage each of them needs the claim connection. After the restart the relay opens its few
     connections again, not one per waiting row."""
-    try:
-        server = OwnPostgres(tmp_path / "pg")
-    except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
-        pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
-    server.start()
+    server = start_own_postgres(tmp_path / "pg")
     engine = create_engine(server.url, pool_pre_ping=True)
     try:
         migrate.upgrade(server.url)
@@ -211,17 +205,7 @@ def test_a_connection_lost_while_writing_one_by_one_keeps_the_rest_for_later(
             enqueue(conn, key=key, payload=text(1))
 
     async def scenario() -> RunSummary:
-        stopping, total = asyncio.Event(), RunSummary()
-        connection = Connection(db_url, "record", stopping)
-        completer = Completer(
-            connection,
-            schema="public",
-            flush_interval=0.02,
-            grace_seconds=0.0,
-            stopping=stopping,
-            total=total,
-            flood=FloodControl(RateLimiter(), schema="public"),
-        )
+        completer, connection, total = outcome_writer(db_url)
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as claimer:
             claimed = {r.key: r for r in await queries.claim_due(claimer, 3, schema="public")}
             await claimer.execute(_TRIPWIRE)

@@ -8,13 +8,9 @@ import psycopg
 import sqlalchemy as sa
 
 from outbox import enqueue, queries
-from outbox.ratelimit import RateLimiter
 from outbox.relay import RunSummary
-from outbox.relay.completer import Completer
-from outbox.relay.connection import Connection
-from outbox.relay.flood import FloodControl
 from outbox.states import State
-from tests.support import row
+from tests.support import outcome_writer, row
 
 
 def test_the_completer_writes_a_batch_in_one_go_and_counts_what_the_fence_kept_out(
@@ -25,17 +21,7 @@ def test_the_completer_writes_a_batch_in_one_go_and_counts_what_the_fence_kept_o
             enqueue(conn, key=key, payload={"chat_id": 1, "text": key})
 
     async def scenario() -> tuple[RunSummary, list[int]]:
-        stopping, total = asyncio.Event(), RunSummary()
-        connection = Connection(db_url, "record", stopping)
-        completer = Completer(
-            connection,
-            schema="public",
-            flush_interval=0.02,
-            grace_seconds=0.0,
-            stopping=stopping,
-            total=total,
-            flood=FloodControl(RateLimiter(), schema="public"),
-        )
+        completer, connection, total = outcome_writer(db_url)
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as claimer:
             claimed = {r.key: r for r in await queries.claim_due(claimer, 3, schema="public")}
             # The reaper took one claim back meanwhile: its outcome must not be written.

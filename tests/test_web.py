@@ -16,7 +16,7 @@ import pytest
 import sqlalchemy as sa
 
 from tests.conftest import TEST_TOKEN
-from tests.support import relay_env, row
+from tests.support import relay_env, row, run_module
 from tests.webpage import WebPage, add_message, running_web
 
 
@@ -273,14 +273,7 @@ def test_with_a_password_every_page_needs_a_sign_in(
 
 def test_no_password_no_listening_beyond_loopback(db_url: str, tmp_path: Path) -> None:
     env = relay_env(db_url, "http://127.0.0.1:9")
-    done = subprocess.run(
-        [sys.executable, "-m", "outbox.cli", "web", "--host", "0.0.0.0", "--port", "0"],
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = run_module("outbox.cli", "web", "--host", "0.0.0.0", "--port", "0", env=env)
     assert done.returncode == 3
     assert done.stderr.strip().splitlines()[-1] == (
         "outbox: refusing to serve the page on 0.0.0.0 without a password: set "
