@@ -19,7 +19,7 @@ import sqlalchemy as sa
 from outbox import enqueue
 from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.fake_telegram import FakeTelegram
-from outbox.queries import announce_pause, queue_timing
+from outbox.queries import announce_pause, claim_due, queue_timing
 from outbox.schema import pause_channel
 from outbox.telegram import bot_id_of
 from tests.conftest import TEST_TOKEN
@@ -285,3 +285,19 @@ def test_the_reaper_forgets_chats_idle_for_a_minute(engine: sa.Engine, db_url: s
     with engine.connect() as conn:
         left = conn.execute(sa.text("SELECT chat FROM chat_navbati")).scalars().all()
     assert left == ["2"]
+
+
+def test_a_suspect_row_of_one_queue_does_not_hold_up_another(
+    engine: sa.Engine, db_url: str
+) -> None:
+    with engine.begin() as conn:
+        enqueue(conn, key="suspect", payload=text(9500), queue="bot2")
+        conn.execute(sa.text("UPDATE outbox SET yakka = true WHERE kalit = 'suspect'"))
+        enqueue(conn, key="mine", payload=text(9501), queue="bot1")
+
+    async def claim() -> list[str]:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            return [r.key for r in await claim_due(conn, 10, schema="public", queue="bot1")]
+
+    # A relay of bot1 cannot take bot2's suspect, so it must not wait for it either.
+    assert asyncio.run(claim()) == ["mine"]

@@ -78,7 +78,8 @@ alone AS (
     WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now() AND navbat = %(navbat)s
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND EXISTS (SELECT 1 FROM {outbox}
-                  WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now())
+                  WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now()
+                    AND navbat = %(navbat)s)
       AND NOT EXISTS (SELECT 1 FROM {outbox}
                       WHERE egasi = %(holder)s AND holat = 'bajarilmoqda')
     ORDER BY keyingi_urinish, id
@@ -89,8 +90,10 @@ batch AS (
     SELECT o.id, o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM {outbox} o
     WHERE o.holat = 'kutmoqda' AND o.keyingi_urinish <= now() AND NOT o.yakka
       AND o.navbat = %(navbat)s
+      -- A suspect of this queue due, or one this process holds (of any queue), waits alone.
       AND NOT EXISTS (SELECT 1 FROM {outbox}
-                      WHERE yakka AND ((holat = 'kutmoqda' AND keyingi_urinish <= now())
+                      WHERE yakka AND ((holat = 'kutmoqda' AND keyingi_urinish <= now()
+                                        AND navbat = %(navbat)s)
                                        OR (holat = 'bajarilmoqda' AND egasi = %(holder)s)))
     ORDER BY o.keyingi_urinish, o.id
     -- A plain limit, so that the planner walks the index of pending rows; the room is kept
