@@ -39,6 +39,11 @@ class RateLimits:
         if min(self.per_bot, self.per_chat, self.per_group_per_minute, self.chat_margin) < 0:
             raise ValueError("rate limits cannot be negative")
 
+    def chat_interval(self, *, group: bool) -> float:
+        """Seconds between two messages to one chat (margin included); 0: no limit."""
+        rate = self.per_group_per_minute / 60.0 if group else self.per_chat
+        return 1.0 / rate + self.chat_margin if rate > 0 else 0.0
+
 
 class Booking(NamedTuple):
     """A send slot booked for one message: given back with ``RateLimiter.cancel`` if unused."""
@@ -60,9 +65,7 @@ class RateLimiter:
 
     def _chat_interval(self, chat_id: int | str) -> float:
         # Negative ids are groups and channels; positive ids are private chats.
-        is_group = isinstance(chat_id, str) or chat_id < 0
-        rate = self.limits.per_group_per_minute / 60.0 if is_group else self.limits.per_chat
-        return 1.0 / rate + self.limits.chat_margin if rate > 0 else 0.0
+        return self.limits.chat_interval(group=isinstance(chat_id, str) or chat_id < 0)
 
     def _earliest(self, chat_id: int | str, now: float) -> float:
         return max(now, self._paused_until, self._chat_next.get(chat_id, 0.0))

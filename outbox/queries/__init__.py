@@ -64,7 +64,6 @@ from outbox.queries.relay import (
     ensure_bot,
     queue_timing,
     record_outcomes,
-    seconds_until_next_due,
     still_claimed,
 )
 from outbox.queries.status import QueueFigures, QueueStatus, count_by_state, queue_status
@@ -112,7 +111,6 @@ __all__ = [
     "schema_facts",
     "schema_facts_sync",
     "search_messages",
-    "seconds_until_next_due",
     "still_claimed",
     "try_maintenance_lock",
     "update_pending",

@@ -336,21 +336,6 @@ async def still_claimed(conn: AsyncConn, row: ClaimedRow, *, schema: str) -> boo
     return await cursor.fetchone() is not None
 
 
-# Through epochs, not a timestamp difference: a due time of +-infinity (which the table
-# refuses since outbox_0002) gives +-inf here instead of an error in every idle relay.
-_SECONDS_UNTIL_NEXT_DUE = """
-SELECT (extract(epoch FROM min(keyingi_urinish)) - extract(epoch FROM now()))::float8
-FROM {outbox} WHERE holat = 'kutmoqda'
-"""
-
-
-async def seconds_until_next_due(conn: AsyncConn, *, schema: str) -> float | None:
-    """Seconds until the earliest pending row is due (<= 0: due now); None if none pending."""
-    cursor = await conn.execute(_sql(_SECONDS_UNTIL_NEXT_DUE, schema))
-    row = await cursor.fetchone()
-    return None if row is None or row[0] is None else float(row[0])
-
-
 # The pause lives in the bot's state row, which only the outbox's own code writes; the NOTIFY
 # after it only wakes the other relays to read it (a forged NOTIFY pauses nothing).
 _ANNOUNCE_PAUSE = """

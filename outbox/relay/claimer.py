@@ -236,7 +236,10 @@ class Claimer:
 def fleet_limits(limits: RateLimits, horizon: float) -> queries.ClaimLimits:
     """The limits the claim keeps for every relay of the bot together."""
     # A send may go up to LATE_FOR_SLOT after its slot: each chat's spacing allows for that.
-    margin = limits.chat_margin + LATE_FOR_SLOT
-    chat = 1.0 / limits.per_chat + margin if limits.per_chat > 0 else 0.0
-    group = 60.0 / limits.per_group_per_minute + margin if limits.per_group_per_minute > 0 else 0.0
-    return queries.ClaimLimits(limits.per_bot, chat, group, horizon)
+    chat, group = (limits.chat_interval(group=g) for g in (False, True))
+    return queries.ClaimLimits(
+        limits.per_bot,
+        chat + LATE_FOR_SLOT if chat else 0.0,
+        group + LATE_FOR_SLOT if group else 0.0,
+        horizon,
+    )

@@ -20,11 +20,10 @@ from outbox.ratelimit import RateLimiter
 from outbox.relay.connection import DB_LOST, Connection
 from outbox.schema import DEFAULT_BOT
 
-__all__ = ["MAX_FLOOD_PAUSE", "MAX_PEER_PAUSE", "FloodControl"]
+__all__ = ["MAX_FLOOD_PAUSE", "FloodControl"]
 
 log = logging.getLogger("outbox.relay")
 
-MAX_PEER_PAUSE = MAX_FLOOD_PAUSE  # the name older code used
 _NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is another's
 
 
