@@ -24,6 +24,7 @@ from bench.harness import FakeBotApi, Figure, Options, RelayProcess, Server
 from outbox.api import enqueue
 from outbox.db import create_engine
 from outbox.schema import DEFAULT_QUEUE
+from outbox.telegram import bot_id_of
 
 OFFERED = 40  # messages/s over many chats, besides the bursts, for each bot
 CHATS = 5_000
@@ -120,9 +121,11 @@ def two_bots(server: Server, options: Options) -> list[Figure]:
         options.say(f"relay log:\n{log}")
     figures: list[Figure] = []
     strays = 0  # messages that went out as a bot other than their queue's
+    by_bot: dict[int, int] = {}
     for queue, token in TWO_BOTS.items():
-        bot = bot_id(token)
+        bot = int(bot_id_of(token))
         own = [d for d in delivered if d["bot_id"] == bot]
+        by_bot[bot] = len(own)
         # The text names the queue the row was enqueued in (see offer()).
         stray = sum(1 for d in own if not d["text"].startswith(f"{queue} "))
         strays += stray
@@ -160,9 +163,6 @@ def two_bots(server: Server, options: Options) -> list[Figure]:
                 ),
             ),
         ]
-    by_bot = {
-        bot_id(t): sum(1 for d in delivered if d["bot_id"] == bot_id(t)) for t in TWO_BOTS.values()
-    }
     figures.append(
         Figure(
             "6",
@@ -175,11 +175,6 @@ def two_bots(server: Server, options: Options) -> list[Figure]:
         )
     )
     return figures
-
-
-def bot_id(token: str) -> int:
-    """The numeric part of a token: the bot, as the fake records it."""
-    return int(token.split(":", 1)[0])
 
 
 def warm_up(

@@ -206,8 +206,8 @@ def replayed_line(result: ReplayResult, *, forced: bool) -> str:
     return line
 
 
-def replay_refusal(result: ReplayResult) -> str:
-    """Why a row was not replayed, in one line."""
+def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
+    """Why a row was not replayed, in one line; ``force_hint``: name the CLI's --force."""
     if result.state is None:
         return f"no outbox message with id {result.id}"
     if result.state != "xato":
@@ -217,10 +217,8 @@ def replay_refusal(result: ReplayResult) -> str:
         return f"message {result.id} not replayed: it is {result.state}, not xato ({reason})"
     marker = result.marker
     assert marker is not None  # a failed row is refused only for its sent marker
-    return (
-        f"message {result.id} not replayed: it was already {_marker_text(marker)}; "
-        "--force sends it again"
-    )
+    said = f"message {result.id} not replayed: it was already {_marker_text(marker)}"
+    return f"{said}; --force sends it again" if force_hint else said
 
 
 def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[str]:

@@ -46,7 +46,6 @@ from outbox.schema import (
     DEFAULT_SCHEMA,
     configure,
     current_schema,
-    validate_queue,
     validate_schema,
 )
 
@@ -140,17 +139,7 @@ def _queue_names(raw: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in raw.split(",") if name.strip())
     if not names:
         raise argparse.ArgumentTypeError("no queue named")
-    try:
-        return tuple(validate_queue(name) for name in names)
-    except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
-
-
-def _queue_name(raw: str) -> str:
-    try:
-        return validate_queue(raw.strip())
-    except ConfigError as err:
-        raise argparse.ArgumentTypeError(str(err)) from None
+    return tuple(admin.queue_name(name) for name in names)
 
 
 class _QueuesAction(argparse.Action):

@@ -13,7 +13,7 @@ import contextlib
 import logging
 import sys
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Iterator
 from typing import TYPE_CHECKING, TextIO
 
 import psycopg
@@ -32,10 +32,10 @@ INTERVAL = 1.0  # seconds between two updates of the line
 _CLEAR_TO_END = "\x1b[K"
 
 
-def on_terminal(stream: TextIO | None = None) -> bool:
-    stream = sys.stderr if stream is None else stream
+def on_terminal() -> bool:
+    """Whether standard error is a terminal (progress lines are for people, not logs)."""
     try:
-        return stream.isatty()
+        return sys.stderr.isatty()
     except (AttributeError, ValueError):  # a replaced or closed stream
         return False
 
@@ -43,17 +43,14 @@ def on_terminal(stream: TextIO | None = None) -> bool:
 class ProgressLine:
     """One line on a terminal, rewritten in place: ``what: done, left, rate, time to go``."""
 
-    def __init__(
-        self, what: str, stream: TextIO, *, clock: Callable[[], float] = time.monotonic
-    ) -> None:
+    def __init__(self, what: str, stream: TextIO) -> None:
         self.what = what
         self.stream = stream
-        self.clock = clock
-        self.started = clock()
+        self.started = time.monotonic()
         self._shown_at = float("-inf")
 
     def text(self, done: int, left: int | None) -> str:
-        elapsed = max(self.clock() - self.started, 1e-9)
+        elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = done / elapsed
         parts = [f"{done:,} done", "? left" if left is None else f"{left:,} left"]
         parts.append(f"{rate:,.0f}/s")
@@ -90,7 +87,7 @@ class ProgressLine:
 
     def update(self, done: int, left: int | None) -> None:
         """``show``, at most once per ``INTERVAL``: for callers that report every batch."""
-        now = self.clock()
+        now = time.monotonic()
         if now - self._shown_at >= INTERVAL:
             self._shown_at = now
             self.show(done, left)
@@ -109,7 +106,7 @@ def _done(relay: Relay) -> int:
 
 @contextlib.asynccontextmanager
 async def drain_progress(
-    relay: Relay, url: str, *, schema: str, stream: TextIO, interval: float = INTERVAL
+    relay: Relay, url: str, *, schema: str, stream: TextIO
 ) -> AsyncIterator[None]:
     """While the body runs, show how far the relay's drain is, from its own connection."""
     line = ProgressLine("drain", stream)
@@ -131,7 +128,7 @@ async def drain_progress(
     async def report() -> None:
         while True:
             line.show(_done(relay), await left())
-            await asyncio.sleep(interval)
+            await asyncio.sleep(INTERVAL)
 
     task = asyncio.create_task(report(), name="drain progress")
     try:

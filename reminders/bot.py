@@ -32,6 +32,7 @@ from telegram.ext import Application, CallbackQueryHandler, ContextTypes, Messag
 
 from outbox.db import create_engine
 from outbox.redact import redact, register_secret
+from outbox.telegram import bot_id_of
 from reminders import chat
 
 __all__ = ["BotConfig", "build_application", "run_bot"]
@@ -172,7 +173,7 @@ def build_application(config: BotConfig, engine: sa.Engine) -> _App:
     register_secret(config.token)
     if config.webhook_secret:
         register_secret(config.webhook_secret, "[secret]")
-    handlers = _Handlers(engine, bot_id=int(config.token.split(":", 1)[0]))
+    handlers = _Handlers(engine, bot_id=int(bot_id_of(config.token)))
 
     async def post_init(app: _App) -> None:
         await app.bot.set_my_commands(_COMMANDS)

@@ -169,7 +169,7 @@ def _start(session: Session, incoming: Incoming) -> str:
 def _add(session: Session, incoming: Incoming, user: User, words: list[str]) -> str:
     if not words:
         return f"Nima va qachon? Masalan: {EXAMPLES}"
-    now = session.execute(sa.select(sa.func.now())).scalar_one()
+    now = service.database_now(session)
     try:
         title, due = parse_title_and_when(words, user.time_zone, now)
     except InvalidInput as err:

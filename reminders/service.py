@@ -31,6 +31,7 @@ __all__ = [
     "complete_task",
     "create_task",
     "create_user",
+    "database_now",
     "delete_task",
     "find_user_by_chat",
     "get_task",
@@ -198,8 +199,8 @@ def list_tasks(
 # --- reminders in the outbox -----------------------------------------------------------------
 
 
-def _database_now(session: Session) -> datetime:
-    # The relay decides what is due by the database clock; so does the domain.
+def database_now(session: Session) -> datetime:
+    """The database's clock: the relay decides what is due by it, and so does the domain."""
     return session.execute(sa.select(sa.func.now())).scalar_one()
 
 
@@ -259,12 +260,15 @@ def _offsets_to_send(task: Task, now: datetime) -> list[int]:
     return future + ([min(passed)] if passed else [])
 
 
-def _schedule(session: Session, task: Task) -> tuple[tuple[ScheduledReminder, ...], bool]:
+def _schedule(
+    session: Session, task: Task, now: datetime | None = None
+) -> tuple[tuple[ScheduledReminder, ...], bool]:
     """Enqueue the task's reminders for its due time; ``((), True)`` when it is overdue.
+    ``now``: the database's clock, when the caller has read it in this transaction.
 
     Nothing is enqueued for a user who blocked the bot: /start enqueues them again.
     """
-    now = _database_now(session)
+    now = database_now(session) if now is None else now
     if task.due <= now:
         return (), True
     if not task.user.active:
@@ -364,7 +368,7 @@ def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
     task = _lock_task(session, task_id)
     task.title = title
     session.flush()
-    now = _database_now(session)
+    now = database_now(session)
     updated = _rewrite_pending(session, task, now)
     return TaskChanged(
         task=task, reminders=(), cancelled=0, overdue=task.due <= now, updated=updated
@@ -416,7 +420,7 @@ def snooze_task(session: Session, task_id: int, delay: timedelta) -> Snoozed:
     cancelled = outbox.cancel(session, [snooze_key(task.id, task.snoozes)]) if task.snoozes else 0
     task.snoozes += 1
     session.flush()
-    now = _database_now(session)
+    now = database_now(session)
     key = snooze_key(task.id, task.snoozes)
     enqueued = outbox.enqueue(
         session, key=key, payload=_payload_at(task, now + delay), run_at=now + delay
@@ -469,7 +473,7 @@ def _resume(session: Session, user: User) -> int:
     rows), so that their keys are enqueued afresh; none of them was sent.
     """
     count = 0
-    now = _database_now(session)
+    now = database_now(session)
     open_tasks = session.scalars(
         sa.select(Task)
         .where(Task.user_id == user.id, Task.done.is_(False), Task.due > now)
@@ -478,7 +482,7 @@ def _resume(session: Session, user: User) -> int:
     )
     for task in open_tasks:
         outbox.cancel(session, _current_keys(task))
-        reminders, _ = _schedule(session, task)
+        reminders, _ = _schedule(session, task, now)
         count += sum(r.created for r in reminders)
     return count
 
@@ -491,7 +495,7 @@ def set_time_zone(session: Session, user_id: int, tz: str) -> tuple[User, int]:
         raise NotFound(f"user {user_id} does not exist")
     user.time_zone = tz
     session.flush()
-    now = _database_now(session)
+    now = database_now(session)
     tasks = session.scalars(
         sa.select(Task).where(Task.user_id == user.id, Task.done.is_(False)).order_by(Task.id)
     )

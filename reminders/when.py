@@ -15,7 +15,7 @@ from datetime import date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from outbox.errors import InvalidInput
-from reminders.parsing import parse_due
+from reminders.parsing import parse_due, parse_duration
 
 __all__ = ["EXAMPLES", "parse_title_and_when"]
 
@@ -23,15 +23,9 @@ EXAMPLES = "/add Hisobot ertaga 09:00, /add Hisobot 2026-12-01 09:00, /add Non 3
 TODAY = frozenset({"bugun", "today"})
 TOMORROW = frozenset({"ertaga", "tomorrow"})
 _DURATION = re.compile(r"(?:\d{1,4}[dhms])+")
-_UNITS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 _CLOCK = re.compile(r"(\d{1,2}):(\d{2})")
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _MAX_AHEAD = timedelta(days=5 * 366)
-
-
-def _duration(text: str) -> timedelta:
-    seconds = sum(int(m.group(1)) * _UNITS[m.group(2)] for m in re.finditer(r"(\d+)([dhms])", text))
-    return timedelta(seconds=seconds)
 
 
 def _day(word: str, today: date) -> date | None:
@@ -57,7 +51,7 @@ def parse_title_and_when(words: list[str], time_zone: str, now: datetime) -> tup
         raise InvalidInput("nima va qachon ekanini yozing")
     last = words[-1].lower()
     if _DURATION.fullmatch(last):
-        title_words, delay = words[:-1], _duration(last)
+        title_words, delay = words[:-1], parse_duration(last)
         if delay <= timedelta(0):
             raise InvalidInput(f"{words[-1]}: bu vaqt emas")
         due = now + delay

@@ -286,14 +286,6 @@ def failed_kinds(conn: SyncConn, *, schema: str) -> list[str]:
     return [str(kind) for (kind,) in _execute(conn, schema, _FAILED_KINDS)]
 
 
-_FAILED_QUEUES = "SELECT DISTINCT navbat FROM {outbox} WHERE holat = 'xato' ORDER BY navbat"
-
-
-def failed_queues(conn: SyncConn, *, schema: str) -> list[str]:
-    """The queues (navbat) among failed rows, for the page's filter."""
-    return [str(queue) for (queue,) in _execute(conn, schema, _FAILED_QUEUES)]
-
-
 # A number may be a row id or a chat id (payload's or the sent marker's); anything else is a
 # key or the start of one. Chat ids are not indexed: an operator's search reads the table.
 _SEARCH_MESSAGES = f"""

@@ -317,16 +317,16 @@ async def index(request: web.Request) -> web.StreamResponse:
     def read(conn: Connection) -> dict[str, Any]:
         overview = _overview(conn, config)
         failed = chosen.messages(conn, schema=config.schema, limit=FAILED_LIMIT + 1)
-        queues = queries.failed_queues(conn, schema=config.schema)
-        known = {*overview["status"].queues, *queues, *(m.queue for m in failed)}
+        # The status counts every queue's failed rows already: the filter's choices come from it.
+        per_queue = overview["status"].queues
         return {
             **overview,
             "failed": failed[:FAILED_LIMIT],
             "more_failed": len(failed) > FAILED_LIMIT,
             "kinds": queries.failed_kinds(conn, schema=config.schema),
-            "queues": queues,
+            "queues": [name for name, figures in per_queue.items() if figures.counts["xato"]],
             # Each card names its queue unless the outbox has only the default one (one bot).
-            "with_queue": any(queue != DEFAULT_QUEUE for queue in known),
+            "with_queue": any(queue != DEFAULT_QUEUE for queue in per_queue),
         }
 
     return _render(request, "index.html", **chosen.fields(), **await _in_db(request, read))
@@ -489,7 +489,7 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
         "confirm_selection.html",
         selected=taken,
         more=len(selected) > SELECTION_LIMIT,
-        with_marker=[m for m in selected if m.marker],
+        with_marker=[m for m in taken if m.marker],
         ids=",".join(str(m.id) for m in taken),
         **chosen.fields(),
     )

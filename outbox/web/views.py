@@ -131,4 +131,4 @@ def history(message: Message) -> list[HistoryEntry]:
 
 def refusal(result: ReplayResult) -> str:
     """Why a replay was refused, in the CLI's words; the page offers its own force button."""
-    return replay_refusal(result).replace("; --force sends it again", "")
+    return replay_refusal(result, force_hint=False)
