@@ -63,32 +63,30 @@ class QueueStatus:
 # otherwise read from the planner's statistics (kept fresh by autovacuum).
 EXACT_COUNT_BELOW = 200_000  # rows, by the statistics: above this, estimate
 
-# :navbat NULL: every queue. The plain (holat) conditions first keep the partial indexes usable.
+# One queue's figures. The plain (holat) conditions first keep the partial indexes usable.
 _QUEUE_STATUS = """
-WITH q AS (SELECT CAST(:navbat AS text) AS navbat)
 SELECT
-    (SELECT count(*) FROM {outbox}
-     WHERE holat = 'kutmoqda' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
-    (SELECT count(*) FROM {outbox}
-     WHERE holat = 'bajarilmoqda' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
-    (SELECT count(*) FROM {outbox}
-     WHERE holat = 'xato' AND navbat = coalesce((SELECT navbat FROM q), navbat)),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND navbat = :navbat),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda' AND navbat = :navbat),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'xato' AND navbat = :navbat),
     (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
      FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
-                     AND keyingi_urinish > '-infinity'
-                     AND navbat = coalesce((SELECT navbat FROM q), navbat)),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda'
-        AND navbat = coalesce((SELECT navbat FROM q), navbat)
+                     AND keyingi_urinish > '-infinity' AND navbat = :navbat),
+    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda' AND navbat = :navbat
         AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
              OR band_vaqti < now() - make_interval(secs => :lease))),
     (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity'
-        AND navbat = coalesce((SELECT navbat FROM q), navbat)),
-    (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass),
-    (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
+        AND navbat = :navbat)
 """
 
-# The figures per queue, in a second statement (under load they may differ from the totals by
-# the rows that moved in between). Each state is read on its own, so that its partial index
+# The tables' sizes by the planner's statistics: whether done rows and markers are counted.
+_TABLE_SIZES = """
+SELECT (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass),
+       (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
+"""
+
+# The figures of every queue, from which the whole outbox's are summed. Each state is read on
+# its own, so that its partial index
 # serves it: pending rows from (navbat, keyingi_urinish, id) alone. Done rows only in a table
 # small enough to count them.
 _STATUS_PER_QUEUE = """
@@ -118,10 +116,7 @@ GROUP BY navbat
 ORDER BY navbat
 """
 
-_COUNT_DONE = (
-    "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi' AND "
-    "(CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))"
-)
+_COUNT_DONE = "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi' AND navbat = :navbat"
 _COUNT_MARKERS = "SELECT count(*) FROM {yuborilgan}"
 
 
@@ -137,20 +132,28 @@ def queue_status(
     sent markers are the whole outbox's)."""
     threshold = EXACT_COUNT_BELOW if exact_below is None else exact_below
     params = {"lease": float(lease_seconds), "navbat": queue}
-    row = _execute(conn, schema, _QUEUE_STATUS, params).one()
-    pending, in_progress, failed, lag, stuck, never_due, outbox_rows, marker_rows = row
+    outbox_rows, marker_rows = _execute(conn, schema, _TABLE_SIZES).one()
     estimated: list[str] = []
-    # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
-    count_done = queue is not None or outbox_rows < threshold
-    per_queue: dict[str, QueueFigures] = {}
     if queue is None:
+        # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
+        count_done = outbox_rows < threshold
         per_queue = _status_per_queue(conn, schema, params, count_done)
-    if not count_done:
-        done = max(0, round(outbox_rows) - int(pending) - int(in_progress) - int(failed))
-        estimated.append("bajarildi")
-    elif queue is None:
-        done = sum(figures.counts["bajarildi"] or 0 for figures in per_queue.values())
+        figures = per_queue.values()
+        pending, in_progress, failed = (
+            sum(f.counts[state] or 0 for f in figures)
+            for state in ("kutmoqda", "bajarilmoqda", "xato")
+        )
+        lag = max((f.lag_seconds for f in figures), default=0.0)
+        stuck = sum(f.stuck_claims for f in figures)
+        never_due = sum(f.never_due for f in figures)
+        if count_done:
+            done = sum(f.counts["bajarildi"] or 0 for f in figures)
+        else:
+            done = max(0, round(outbox_rows) - pending - in_progress - failed)
+            estimated.append("bajarildi")
     else:
+        row = _execute(conn, schema, _QUEUE_STATUS, params).one()
+        pending, in_progress, failed, lag, stuck, never_due = row
         done = _execute(conn, schema, _COUNT_DONE, {"navbat": queue}).scalar_one()
     if marker_rows >= threshold:
         markers = max(0, round(marker_rows))
