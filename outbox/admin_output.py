@@ -28,6 +28,7 @@ __all__ = [
     "replay_refusal",
     "replayed_line",
     "span",
+    "split_history_entry",
     "status_lines",
     "when",
 ]
@@ -145,16 +146,22 @@ def _marker_text(marker: SentMarker) -> str:
     )
 
 
-def _history_line(entry: Any) -> str:
-    """One tarix entry: when, which attempt, then what happened (the error first)."""
-    if not isinstance(entry, dict):
-        return "  " + _plain(entry)  # written by hand
+def split_history_entry(entry: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """A tarix entry as its moment (shown), its attempt and what else it holds."""
     rest = dict(entry)
     raw_time, attempt = rest.pop("vaqt", None), rest.pop("urinish", None)
     try:
         moment = when(datetime.fromisoformat(raw_time)) if raw_time else "-"
     except (TypeError, ValueError):
         moment = str(raw_time)
+    return moment, attempt, rest
+
+
+def _history_line(entry: Any) -> str:
+    """One tarix entry: when, which attempt, then what happened (the error first)."""
+    if not isinstance(entry, dict):
+        return "  " + _plain(entry)  # written by hand
+    moment, attempt, rest = split_history_entry(entry)
     first = [key for key in ("xato", "hodisa") if key in rest]
     order = first + [key for key in rest if key not in first]
     parts = [f"{key}: {_plain(rest[key])}" for key in order]

@@ -7,9 +7,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from datetime import datetime
 
-from outbox.admin_output import queue_worth_showing, replay_refusal, span, when
+from outbox.admin_output import (
+    queue_worth_showing,
+    replay_refusal,
+    span,
+    split_history_entry,
+    when,
+)
 from outbox.queries import Activity, Message, ReplayResult
 from outbox.states import State
 
@@ -115,12 +120,7 @@ def history(message: Message) -> list[HistoryEntry]:
     """The tarix entries, oldest first, in the CLI's order: error or event, then the rest."""
     entries = []
     for raw in message.history:
-        rest = dict(raw) if isinstance(raw, dict) else {"entry": raw}
-        moment, attempt = rest.pop("vaqt", None), rest.pop("urinish", None)
-        try:
-            shown = when(datetime.fromisoformat(moment)) if moment else "-"
-        except (TypeError, ValueError):
-            shown = str(moment)
+        shown, attempt, rest = split_history_entry(raw if isinstance(raw, dict) else {"entry": raw})
         what = " / ".join(str(rest.pop(key)) for key in ("xato", "hodisa") if key in rest)
         details = json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else ""
         entries.append(
