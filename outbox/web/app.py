@@ -349,6 +349,21 @@ async def _message_or_404(request: web.Request) -> tuple[int, Message]:
     return message_id, message
 
 
+async def _act_on_message(
+    request: web.Request, message_id: int, action: Callable[[Connection], T]
+) -> tuple[T, Message]:
+    """Run ``action`` and read the message as it left it, in one transaction."""
+    config = request.app[_CONFIG]
+
+    def act(conn: Connection) -> tuple[T, Message | None]:
+        return action(conn), api.get_message(conn, message_id, schema=config.schema)
+
+    outcome, message = await _in_db(request, act)
+    if message is None:
+        raise NotFound(f"no outbox message with id {message_id}")
+    return outcome, message
+
+
 def _message_id(request: web.Request) -> int:
     raw = request.match_info["id"]
     if not raw.isdigit() or int(raw) < 1:
@@ -398,14 +413,17 @@ def _about(message: Message) -> dict[str, Any]:
 
 
 async def replay_one(request: web.Request) -> web.StreamResponse:
-    message_id, message = await _message_or_404(request)
+    message_id = _message_id(request)
     config = request.app[_CONFIG]
     form = await request.post()
     force = form.get("force") == "1"
     if force and form.get("confirmed") != "1":
+        _, message = await _message_or_404(request)
         return _render(request, "confirm_force.html", m=message)
-    (result,) = await _in_db(
-        request, lambda conn: api.replay(conn, [message_id], force=force, schema=config.schema)
+    result, message = await _act_on_message(
+        request,
+        message_id,
+        lambda conn: api.replay(conn, [message_id], force=force, schema=config.schema)[0],
     )
     if result.replayed:
         log.info(
@@ -415,7 +433,6 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
             extra=_about(message),
         )
         raise web.HTTPSeeOther(f"/messages/{message_id}?did=replayed")
-    _, message = await _message_or_404(request)
     return _render(
         request,
         "message.html",
@@ -428,16 +445,16 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
 
 
 async def cancel_one(request: web.Request) -> web.StreamResponse:
-    message_id, message = await _message_or_404(request)
+    message_id = _message_id(request)
     config = request.app[_CONFIG]
-    cancelled = await _in_db(
+    cancelled, message = await _act_on_message(
         request,
+        message_id,
         lambda conn: queries.cancel_by_operator(conn, message_id, schema=config.schema),
     )
     if cancelled:
         log.info("web: cancelled outbox %s", message_id, extra=_about(message))
         raise web.HTTPSeeOther(f"/messages/{message_id}?did=cancelled")
-    _, message = await _message_or_404(request)
     reason = (
         f"Not cancelled: the message is {message.state} "
         f"({views.STATE_NAMES.get(message.state, '?')}); only a waiting message (kutmoqda) "
