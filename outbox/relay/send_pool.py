@@ -165,10 +165,10 @@ class SendPool:
             return
         loop = asyncio.get_running_loop()
         if row.wait > 0:
-            checked_at = await self._keep_slot(row, claimed_at, claimed_at + row.wait)
-            if checked_at is None:
+            kept_at = await self._keep_slot(row, claimed_at + row.wait)
+            if kept_at is None:
                 return
-            claimed_at = checked_at
+            claimed_at = kept_at  # checked just now
         while True:
             chat_id = args["chat_id"]
             # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
@@ -216,21 +216,16 @@ class SendPool:
             self._mark_sent(row, sent)
             return
 
-    async def _keep_slot(
-        self, row: queries.ClaimedRow, claimed_at: float, at: float
-    ) -> float | None:
+    async def _keep_slot(self, row: queries.ClaimedRow, at: float) -> float | None:
         """Wait for the send slot the claim reserved for the fleet (loop time ``at``), checking
-        a moment before that the app did not withdraw the row (unless the slot is that close to
-        the claim). When the claim was last known to hold; None if the row is dealt with
-        (withdrawn, handed back)."""
-        if at - RECHECK_AFTER > claimed_at:
-            if not await self._wait_until(at - RECHECK_AFTER):
-                self._release(row)  # stopping before its send slot came
-                return None
-            if not await self._still_claimed(row):
-                self._total.cancelled += 1
-                return None
-            claimed_at = at  # checked a moment ago: good for the send now due
+        a moment before that the app did not withdraw the row. The time it was checked; None
+        if the row is dealt with (withdrawn, handed back)."""
+        if not await self._wait_until(at - RECHECK_AFTER):
+            self._release(row)  # stopping before its send slot came
+            return None
+        if not await self._still_claimed(row):
+            self._total.cancelled += 1
+            return None
         if not await self._wait_until(at):
             self._release(row)
             return None
@@ -241,7 +236,7 @@ class SendPool:
             self._total.deferred += 1
             self._hand_back(row, 0.0)
             return None
-        return claimed_at
+        return now
 
     async def _wait_until(self, at: float) -> bool:
         """Wait for the send slot the claim reserved (loop time ``at``); False if stopping."""
