@@ -481,6 +481,13 @@ def _web_flags(parser: _Parser) -> None:
         help="file holding the page's password (or set OUTBOX_WEB_PASSWORD; never on argv)",
     )
     parser.add(
+        "--trusted-proxy",
+        env="OUTBOX_WEB_TRUSTED_PROXY",
+        default="",
+        help="addresses or networks of the proxy in front of the page (comma-separated): its "
+        "X-Forwarded-For names the client, X-Forwarded-Proto https makes the cookie Secure",
+    )
+    parser.add(
         "--lease",
         env="OUTBOX_LEASE",
         default=DEFAULT_LEASE,
@@ -516,6 +523,7 @@ def _cmd_web(args: argparse.Namespace) -> int:
         password=read_password(args.password_file),
         lease_seconds=args.lease,
         refresh_seconds=max(args.refresh, 1.0),
+        trusted_proxies=args.trusted_proxy,
     )
     serve(config)
     return 0

@@ -310,6 +310,8 @@ def search_messages(conn: SyncConn, text: str, *, schema: str, limit: int = 100)
         number: int | None = int(text)
     except ValueError:
         number = None
+    if number is not None and not -(2**63) <= number < 2**63:
+        number = None  # beyond bigint: no id or chat id can be it, only a key
     params = {"text": text, "number": number, "limit": limit}
     return [_message(row) for row in _execute(conn, schema, _SEARCH_MESSAGES, params)]
 

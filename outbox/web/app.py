@@ -18,19 +18,21 @@ from typing import Any, TypeVar
 
 import jinja2
 from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
 from markupsafe import Markup
 from sqlalchemy import Connection
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from outbox import api, queries
 from outbox.db import check_schema_sync, connect_errors, create_engine, redact_url
-from outbox.durations import parse_duration
 from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
 from outbox.queries import Message
 from outbox.redact import redact
 from outbox.schema import DEFAULT_QUEUE, validate_queue
-from outbox.web import views
-from outbox.web.auth import Guard, check_bind
+from outbox.web import inputs, views
+from outbox.web.auth import Guard, Proxies, check_bind
+from outbox.web.throttle import SignInThrottle, client_key
 
 __all__ = ["WebConfig", "build_app", "serve"]
 
@@ -55,12 +57,25 @@ class WebConfig:
     password: str | None = None
     lease_seconds: float = 300.0  # a claim older than this is counted as stuck
     refresh_seconds: float = 5.0  # how often the page updates its figures
+    # Peers (addresses or networks, comma-separated) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed: a TLS-terminating proxy in front of the page.
+    trusted_proxies: str = ""
 
 
 _DB: web.AppKey[Engine] = web.AppKey("db", Engine)
 _GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
 _CONFIG: web.AppKey[WebConfig] = web.AppKey("config", WebConfig)
 _TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+_THROTTLE: web.AppKey[SignInThrottle] = web.AppKey("throttle", SignInThrottle)
+_PROXIES: web.AppKey[Proxies] = web.AppKey("proxies", Proxies)
+
+
+class _TooManyAttempts(Exception):
+    """A password check refused by the throttle; ``seconds`` until the next may be tried."""
+
+    def __init__(self, seconds: int) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
 
 
 # --- templates and static files -----------------------------------------------------------------
@@ -159,37 +174,72 @@ _OPEN_PATHS = {"/login"}
 
 
 @web.middleware
-async def _security(request: web.Request, handler: Handler) -> web.StreamResponse:
-    guard = request.app[_GUARD]
+async def _answers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every answer leaves through here, errors included, and carries the security headers.
+
+    Input the page cannot use was refused before the database (``inputs``): 400 or 404. The
+    database away: 503. Anything else is a fault of the page: logged once, a plain 500 page.
+    """
     try:
-        response = await _checked(request, handler, guard)
+        request = _as_forwarded(request)
+        response = await _checked(request, handler, request.app[_GUARD])
     except web.HTTPException as err:
         err.headers.update(_SECURITY_HEADERS)
         raise
     except (InvalidInput, NotFound) as err:
         status = 404 if isinstance(err, NotFound) else 400
-        response = _render(
+        title = "Not found" if status == 404 else "Not understood"
+        response = _error_page(request, status, title, str(err))
+    except _TooManyAttempts as err:
+        response = _error_page(
             request,
-            "error.html",
-            http_status=status,
-            title="Not found" if status == 404 else "Not understood",
-            error=str(err),
+            429,
+            "Too many attempts",
+            f"Too many sign-in attempts: try again in {err.seconds} s.",
         )
-    except OutboxError as err:
+        response.headers["Retry-After"] = str(err.seconds)
+    except (OutboxError, sa_exc.OperationalError, sa_exc.InterfaceError) as err:
         # The database went away or refused: one line on the page, the details in the log.
-        log.warning("web: %s", err)
-        response = _render(
-            request, "error.html", http_status=503, title="Unavailable", error=str(err)
+        reason = str(err) if isinstance(err, OutboxError) else "the database did not answer"
+        log.warning("web: %s", reason)
+        response = _error_page(request, 503, "Unavailable", reason)
+    except Exception:
+        log.exception("web: an unexpected error answering %s %s", request.method, request.path)
+        response = _error_page(
+            request,
+            500,
+            "Something went wrong",
+            "The page met an error of its own; its log says what. Nothing was changed.",
         )
     response.headers.update(_SECURITY_HEADERS)
     return response
+
+
+def _as_forwarded(request: web.Request) -> web.Request:
+    """Behind a trusted proxy: the browser's address and scheme, as the proxy tells them."""
+    proxies = request.app[_PROXIES]
+    if not proxies.trusts(request.remote):
+        return request
+    peer, headers = request.remote, request.headers
+    https = proxies.https(peer, headers.get("X-Forwarded-Proto"))
+    client = proxies.client(peer, headers.get("X-Forwarded-For")) or peer or ""
+    return request.clone(remote=client, scheme="https" if https else "http")
+
+
+def _error_page(request: web.Request, status: int, title: str, error: str) -> web.Response:
+    try:
+        return _render(request, "error.html", http_status=status, title=title, error=error)
+    except Exception:  # the template itself failed: still an answer, in plain text
+        log.exception("web: cannot render the error page")
+        return web.Response(text=f"{title}: {error}\n", status=status)
 
 
 async def _checked(request: web.Request, handler: Handler, guard: Guard) -> web.StreamResponse:
     if not guard.host_allowed(request.headers.get("Host")):
         return _refuse(request, 421, "This page answers only to localhost and 127.0.0.1.")
     # A script's bearer header is never added by a browser on its own: no cross-site risk.
-    bearer = guard.bearer_valid(request.headers.get("Authorization"))
+    given = guard.bearer_password(request.headers.get("Authorization"))
+    bearer = given is not None and _password_checked(request, given)
     if request.method not in {"GET", "HEAD"} and not bearer:
         if not guard.origin_matches(request.headers.get("Origin"), request.headers.get("Host")):
             log.warning(
@@ -199,9 +249,9 @@ async def _checked(request: web.Request, handler: Handler, guard: Guard) -> web.
                 request.headers.get("Origin"),
             )
             return _refuse(request, 403, "Refused: the form was sent from another site.")
-        form = await request.post()
+        form = await _form(request)
         session = request.cookies.get(SESSION_COOKIE)
-        if not guard.form_token_valid(session, str(form.get("csrf", ""))):
+        if not guard.form_token_valid(session, _text(form, "csrf")):
             log.warning(
                 "web: refused a %s to %s without a valid form token", request.method, request.path
             )
@@ -221,7 +271,36 @@ async def _checked(request: web.Request, handler: Handler, guard: Guard) -> web.
 
 
 def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
-    return _render(request, "error.html", http_status=status, title="Refused", error=reason)
+    return _error_page(request, status, "Refused", reason)
+
+
+async def _form(request: web.Request) -> Mapping[str, Any]:
+    """The posted form; one that cannot be read (an unknown charset, a broken multipart body)
+    is a mistake of the sender."""
+    try:
+        return await request.post()
+    except (LookupError, ValueError, AssertionError, HttpProcessingError) as err:
+        raise InvalidInput(f"the form could not be read ({type(err).__name__})") from None
+
+
+def _text(form: Mapping[str, Any], name: str) -> str:
+    """A form field that only the page fills in (token, password): '' if absent or a file."""
+    value = form.get(name, "")
+    return value if isinstance(value, str) else ""
+
+
+def _password_checked(request: web.Request, given: str) -> bool:
+    """Compare a password, unless the client (or everyone) has guessed too often lately."""
+    throttle = request.app[_THROTTLE]
+    client = client_key(request.remote)
+    wait = throttle.wait_seconds(client)
+    if wait:
+        raise _TooManyAttempts(wait)
+    if request.app[_GUARD].password_matches(given):
+        throttle.succeeded(client)
+        return True
+    throttle.failed(client)
+    return False
 
 
 async def login_page(request: web.Request) -> web.StreamResponse:
@@ -230,10 +309,12 @@ async def login_page(request: web.Request) -> web.StreamResponse:
         raise web.HTTPSeeOther("/")
     if request.method == "GET":
         return _render(request, "login.html", failed=False)
-    form = await request.post()
-    if not guard.password_matches(str(form.get("password", ""))):
+    if request.method != "POST":
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST"])
+    form = await _form(request)
+    if not _password_checked(request, _text(form, "password")):
         log.warning("web: a sign-in with a wrong password from %s", request.remote)
-        await asyncio.sleep(1.0)  # slows down guessing
+        await asyncio.sleep(1.0)  # slows down one connection's guessing; the throttle the rest
         return _render(request, "login.html", http_status=401, failed=True)
     response = web.HTTPSeeOther("/")
     response.set_cookie(
@@ -241,17 +322,17 @@ async def login_page(request: web.Request) -> web.StreamResponse:
         guard.sign_in(),
         httponly=True,
         samesite="Strict",
-        secure=request.secure,
+        secure=request.secure,  # https, or a trusted proxy's X-Forwarded-Proto: https
         path="/",
     )
-    return response
+    raise response
 
 
 async def logout(request: web.Request) -> web.StreamResponse:
     request.app[_GUARD].sign_out(request.cookies.get(SESSION_COOKIE))
     response = web.HTTPSeeOther("/login")
     response.del_cookie(SESSION_COOKIE, path="/")
-    return response
+    raise response
 
 
 # --- pages ----------------------------------------------------------------------------------------
@@ -282,18 +363,15 @@ class _FailedFilter:
 
     @classmethod
     def read(cls, values: Mapping[str, Any]) -> _FailedFilter:
-        def text(name: str) -> str:
-            return str(values.get(name, "")).strip()
-
-        queue = text("navbat") or None
+        queue = inputs.field(values, "navbat", "queue") or None
         if queue is not None:
             try:
                 validate_queue(queue)
             except ConfigError as err:
                 raise InvalidInput(str(err)) from None
-        since_text = text("since")
-        since = parse_duration(since_text).total_seconds() if since_text else None
-        return cls(text("tur") or None, queue, since_text, since)
+        since_text = inputs.field(values, "since", "time filter")
+        since = inputs.duration_seconds(since_text, "time filter") if since_text else None
+        return cls(inputs.field(values, "tur", "kind") or None, queue, since_text, since)
 
     def messages(self, conn: Connection, *, schema: str, limit: int) -> list[Message]:
         return api.failed_messages(
@@ -365,10 +443,7 @@ async def _act_on_message(
 
 
 def _message_id(request: web.Request) -> int:
-    raw = request.match_info["id"]
-    if not raw.isdigit() or int(raw) < 1:
-        raise NotFound(f"{raw!r} is not a message id")
-    return int(raw)
+    return inputs.message_id(request.match_info["id"])
 
 
 _NOTICES = {
@@ -390,7 +465,7 @@ async def message_part(request: web.Request) -> web.StreamResponse:
 
 async def search(request: web.Request) -> web.StreamResponse:
     config = request.app[_CONFIG]
-    text = request.query.get("q", "").strip()
+    text = inputs.field(request.query, "q", "search")
     found: list[Message] = []
     if text:
         found = await _in_db(
@@ -415,7 +490,7 @@ def _about(message: Message) -> dict[str, Any]:
 async def replay_one(request: web.Request) -> web.StreamResponse:
     message_id = _message_id(request)
     config = request.app[_CONFIG]
-    form = await request.post()
+    form = await _form(request)
     force = form.get("force") == "1"
     if force and form.get("confirmed") != "1":
         _, message = await _message_or_404(request)
@@ -474,10 +549,10 @@ async def cancel_one(request: web.Request) -> web.StreamResponse:
 async def replay_selection(request: web.Request) -> web.StreamResponse:
     """Two steps: the filter gives the list to confirm; the confirmation replays those ids."""
     config = request.app[_CONFIG]
-    form = await request.post()
+    form = await _form(request)
     force = form.get("force") == "1"
     if form.get("confirmed") == "1":
-        ids = _ids(str(form.get("ids", "")))
+        ids = inputs.message_ids(_text(form, "ids"), SELECTION_LIMIT)
         results = await _in_db(
             request, lambda conn: api.replay(conn, ids, force=force, schema=config.schema)
         )
@@ -512,16 +587,6 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _ids(raw: str) -> list[int]:
-    try:
-        ids = [int(part) for part in raw.split(",") if part.strip()]
-    except ValueError:
-        raise InvalidInput("the selection is not a list of message ids") from None
-    if not ids or len(ids) > SELECTION_LIMIT:
-        raise InvalidInput(f"the selection is empty or longer than {SELECTION_LIMIT}")
-    return ids
-
-
 async def static_file(request: web.Request) -> web.StreamResponse:
     found = _STATIC.get(request.match_info["name"])
     if found is None:
@@ -537,10 +602,12 @@ _STATIC = _static_files()
 
 
 def build_app(config: WebConfig, engine: Engine) -> web.Application:
-    app = web.Application(middlewares=[_security], client_max_size=256 * 1024)
+    app = web.Application(middlewares=[_answers], client_max_size=256 * 1024)
     app[_DB] = engine
     app[_CONFIG] = config
     app[_GUARD] = Guard(config.password, config.host)
+    app[_THROTTLE] = SignInThrottle()
+    app[_PROXIES] = Proxies.parse(config.trusted_proxies)
     app[_TEMPLATES] = _templates()
     app.router.add_get("/", index)
     app.router.add_get("/part/overview", overview_part)
@@ -559,6 +626,7 @@ def build_app(config: WebConfig, engine: Engine) -> web.Application:
 def serve(config: WebConfig) -> None:
     """Check the settings and the database, then serve until SIGTERM or SIGINT."""
     check_bind(config.host, config.password)
+    Proxies.parse(config.trusted_proxies)  # a mistake in it is said before connecting
     engine = create_engine(
         config.database_url,
         pool_size=4,

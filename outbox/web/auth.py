@@ -9,6 +9,9 @@
   another origin (the browser's ``Origin`` header), is refused.
 * Without a password, only loopback host names are answered: a page whose name an attacker
   points at 127.0.0.1 (DNS rebinding) is the same origin as far as the browser knows.
+* Behind a proxy named by ``--trusted-proxy``, the client is the address the proxy puts in
+  ``X-Forwarded-For`` and the scheme the one in ``X-Forwarded-Proto`` (https: the session
+  cookie is ``Secure``); from any other peer those headers are ignored, since anyone can send them.
 """
 
 from __future__ import annotations
@@ -20,12 +23,19 @@ import os
 import secrets
 import time
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
 from outbox.errors import ConfigError
 
-__all__ = ["Guard", "check_bind", "is_loopback", "read_password"]
+__all__ = [
+    "Guard",
+    "Proxies",
+    "check_bind",
+    "is_loopback",
+    "read_password",
+]
 
 SESSION_SECONDS = 12 * 3600
 MAX_SESSIONS = 1000  # the oldest sign-in is forgotten beyond this
@@ -66,6 +76,65 @@ def check_bind(host: str, password: str | None) -> None:
         )
 
 
+_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
+def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    try:
+        ip = ipaddress.ip_address(text.strip().strip("[]"))
+    except ValueError:
+        return None
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        return ip.ipv4_mapped
+    return ip
+
+
+@dataclass(frozen=True, slots=True)
+class Proxies:
+    """The peers whose forwarding headers are believed (none by default)."""
+
+    networks: tuple[_Network, ...] = ()
+
+    @classmethod
+    def parse(cls, text: str) -> Proxies:
+        """Comma-separated addresses or networks: ``127.0.0.1``, ``10.0.0.0/8``, ``::1``."""
+        networks = []
+        for part in (p.strip() for p in text.split(",")):
+            if not part:
+                continue
+            try:
+                networks.append(ipaddress.ip_network(part, strict=False))
+            except ValueError:
+                raise ConfigError(
+                    f"--trusted-proxy: {part!r} is not an IP address or network "
+                    "(e.g. 127.0.0.1 or 10.0.0.0/8)"
+                ) from None
+        return cls(tuple(networks))
+
+    def trusts(self, peer: str | None) -> bool:
+        ip = _address(peer or "")
+        return ip is not None and any(ip in net for net in self.networks)
+
+    def client(self, peer: str | None, forwarded_for: str | None) -> str | None:
+        """The client's address: the last hop in ``X-Forwarded-For`` that is not a trusted
+        proxy (the ones before it could be written by the client itself)."""
+        if not self.trusts(peer) or not forwarded_for:
+            return peer
+        for hop in reversed(forwarded_for.split(",")):
+            ip = _address(hop)
+            if ip is None:
+                return peer  # garbage in the header: the proxy is the best we know
+            if not any(ip in net for net in self.networks):
+                return str(ip)
+        return peer
+
+    def https(self, peer: str | None, forwarded_proto: str | None) -> bool:
+        """Whether a trusted proxy says the browser spoke https to it."""
+        if not self.trusts(peer) or not forwarded_proto:
+            return False
+        return forwarded_proto.split(",")[0].strip().lower() == "https"
+
+
 class Guard:
     """Sessions and form tokens of one running page (both end with the process)."""
 
@@ -84,7 +153,10 @@ class Guard:
     def password_matches(self, given: str) -> bool:
         if self.password is None:
             return True
-        return hmac.compare_digest(given.encode(), self.password.encode())
+        # surrogatepass: a form may carry a lone surrogate; it is a wrong password, not a crash.
+        return hmac.compare_digest(
+            given.encode("utf-8", "surrogatepass"), self.password.encode("utf-8", "surrogatepass")
+        )
 
     def sign_in(self) -> str:
         now = time.monotonic()
@@ -105,23 +177,31 @@ class Guard:
         expiry = self._sessions.get(session)
         return expiry is not None and expiry > time.monotonic()
 
-    def bearer_valid(self, header: str | None) -> bool:
+    def bearer_password(self, header: str | None) -> str | None:
+        """The password of an ``Authorization: Bearer`` header, if the page has one at all
+        (the caller compares it, through the sign-in throttle)."""
         if self.password is None or not header or not header.startswith("Bearer "):
-            return False
-        return self.password_matches(header.removeprefix("Bearer ").strip())
+            return None
+        return header.removeprefix("Bearer ").strip()
 
     def form_token(self, session: str | None) -> str:
         subject = session if session and self.session_valid(session) else self.ANONYMOUS
         return hmac.new(self._key, subject.encode(), hashlib.sha256).hexdigest()
 
     def form_token_valid(self, session: str | None, given: str) -> bool:
-        return hmac.compare_digest(self.form_token(session), given)
+        # As bytes: compare_digest refuses a str holding anything but ASCII.
+        return hmac.compare_digest(
+            self.form_token(session).encode(), given.encode("utf-8", "surrogatepass")
+        )
 
     def host_allowed(self, host_header: str | None) -> bool:
         """Without a password, answer only to the names of this machine (DNS rebinding)."""
         if self.required:
             return True
-        name = urlsplit(f"//{host_header or ''}").hostname or ""
+        try:
+            name = urlsplit(f"//{host_header or ''}").hostname or ""
+        except ValueError:  # "[" and other things no browser sends
+            return False
         return is_loopback(name) or name == self.bind_host
 
     @staticmethod
@@ -135,4 +215,7 @@ class Guard:
             return True  # not a browser, or a very old one: the form token decides
         if not host_header:
             return False
-        return urlsplit(origin).netloc.lower() == host_header.lower()
+        try:
+            return urlsplit(origin).netloc.lower() == host_header.lower()
+        except ValueError:  # not a URL: no browser's origin
+            return False
