@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from outbox.web.throttle import SignInThrottle, client_key
 from tests.support import row
 from tests.webapp import LocalAnswer, LocalPage, local_page
 from tests.webpage import add_message, running_web
@@ -232,6 +231,8 @@ def test_many_addresses_together_are_capped_overall(
 
 
 def test_the_throttle_locks_for_longer_each_time_and_forgets_on_a_sign_in() -> None:
+    from outbox.web.throttle import SignInThrottle
+
     now = [1000.0]
     throttle = SignInThrottle(clock=lambda: now[0])
     for _ in range(4):
@@ -254,6 +255,8 @@ def test_the_throttle_locks_for_longer_each_time_and_forgets_on_a_sign_in() -> N
 
 
 def test_failures_spread_over_more_than_a_minute_do_not_lock() -> None:
+    from outbox.web.throttle import SignInThrottle
+
     now = [0.0]
     throttle = SignInThrottle(clock=lambda: now[0])
     for _ in range(20):
@@ -263,6 +266,8 @@ def test_failures_spread_over_more_than_a_minute_do_not_lock() -> None:
 
 
 def test_the_overall_cap_refills_at_its_rate() -> None:
+    from outbox.web.throttle import SignInThrottle
+
     now = [0.0]
     throttle = SignInThrottle(clock=lambda: now[0], overall_per_second=10)
     for i in range(10):
@@ -284,6 +289,8 @@ def test_the_overall_cap_refills_at_its_rate() -> None:
     ],
 )
 def test_a_client_is_an_address_or_an_ipv6_slash_64(address: str | None, key: str) -> None:
+    from outbox.web.throttle import client_key
+
     assert client_key(address) == key
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
+import aiohttp.abc
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
@@ -43,9 +44,13 @@ class LocalPage:
     def _session(self, client: str) -> aiohttp.ClientSession:
         """The client's session (made on first use, inside the running loop)."""
         if client not in self._sessions:
-            self._sessions[client] = aiohttp.ClientSession(
-                cookie_jar=aiohttp.CookieJar(unsafe=True)
+            # A client named anon... keeps no cookies: every request of its own, never signed in.
+            jar: aiohttp.abc.AbstractCookieJar = (
+                aiohttp.DummyCookieJar()
+                if client.startswith("anon")
+                else aiohttp.CookieJar(unsafe=True)
             )
+            self._sessions[client] = aiohttp.ClientSession(cookie_jar=jar)
         return self._sessions[client]
 
     async def fetch(
