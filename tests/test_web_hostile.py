@@ -9,13 +9,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from tests.support import row
+from tests.support import row, wait_until
 from tests.webapp import LocalAnswer, LocalPage, local_page
 from tests.webpage import add_message, running_web
 
@@ -344,3 +345,22 @@ def test_a_trusted_proxy_that_is_no_address_is_refused_in_one_line(db_url: str) 
         "outbox: --trusted-proxy: 'proxy' is not an IP address or network "
         "(e.g. 127.0.0.1 or 10.0.0.0/8)"
     )
+
+
+def test_a_request_aiohttp_cannot_parse_is_one_log_line_not_a_traceback(
+    db_url: str, tmp_path: Path
+) -> None:
+    with running_web(db_url, tmp_path) as web:
+        host, port = web.url.removeprefix("http://").split(":")
+        for raw in (
+            b"GET /?x=" + b"a" * 9000 + b" HTTP/1.1\r\n\r\n",
+            b"GET / HTTP/1.1\r\nBad\r\n\r\n",
+        ):
+            with socket.create_connection((host, int(port)), timeout=10) as conn:
+                conn.sendall(raw)
+                assert conn.recv(100).startswith(b"HTTP/1.")  # answered 400 by aiohttp itself
+        assert web.get("/").status == 200
+        wait_until(lambda: web.log.count("malformed request") == 2, 30, "two log lines")
+        log = web.log
+    assert "Traceback" not in log
+    assert "web: a malformed request from 127.0.0.1 refused (400): Got more than 8190" in log

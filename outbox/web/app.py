@@ -642,8 +642,25 @@ def serve(config: WebConfig) -> None:
         engine.dispose()
 
 
+class _MalformedRequests(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's log for requests it cannot parse (a bad request line, a header too long),
+    answered before the page sees them: one line each instead of a traceback."""
+
+    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
+        err = kwargs.get("exc_info")
+        if msg != "Error handling request from %s" or not isinstance(err, HttpProcessingError):
+            self.logger.exception(msg, *args, **kwargs)  # not about the request: as it was
+            return
+        reason = (str(err.message).strip().splitlines() or ["?"])[0][:200]
+        self.logger.info(
+            "web: a malformed request from %s refused (%s): %s", args[0], err.code, redact(reason)
+        )
+
+
 async def _serve(app: web.Application, config: WebConfig) -> None:
-    runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    runner = web.AppRunner(
+        app, access_log=None, handle_signals=False, logger=_MalformedRequests(log)
+    )
     await runner.setup()
     try:
         site = web.TCPSite(runner, config.host, config.port)
