@@ -1,8 +1,9 @@
 """The operator's page: an aiohttp application rendering Jinja2 templates.
 
 Reading and writing go through ``outbox.api`` and ``outbox.queries`` on a small SQLAlchemy
-pool, in worker threads so that a slow query never stalls the event loop. Every action is a
-POST checked by ``Guard`` (origin and form token) and leaves its trace in the row's tarix.
+pool, in worker threads so that a slow query never stalls the event loop. Every request passes
+``gate`` (sign-in, origin and form token, the security headers and error pages); every action
+is a POST and leaves its trace in the row's tarix.
 """
 
 from __future__ import annotations
@@ -10,106 +11,48 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
 from typing import Any, TypeVar
 
-import jinja2
 from aiohttp import web
-from aiohttp.http_exceptions import HttpProcessingError
-from markupsafe import Markup
 from sqlalchemy import Connection
-from sqlalchemy import exc as sa_exc
 from sqlalchemy.engine import Engine
 
 from outbox import api, queries
 from outbox.db import check_schema_sync, connect_errors, create_engine, redact_url
 from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
 from outbox.queries import Message
-from outbox.redact import redact
 from outbox.schema import DEFAULT_QUEUE, validate_queue
 from outbox.web import inputs, views
 from outbox.web.auth import Guard, Proxies, check_bind
-from outbox.web.throttle import SignInThrottle, client_key
+from outbox.web.base import (
+    CONFIG,
+    DB,
+    GUARD,
+    PROXIES,
+    TEMPLATES,
+    THROTTLE,
+    WebConfig,
+    render,
+    templates,
+)
+from outbox.web.gate import MalformedRequests, answers, form_text, login_page, logout, read_form
+from outbox.web.throttle import SignInThrottle
 
 __all__ = ["WebConfig", "build_app", "serve"]
 
 log = logging.getLogger("outbox.web")
 T = TypeVar("T")
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 FAILED_LIMIT = 100  # failed messages listed on the front page
 SELECTION_LIMIT = 1000  # messages one bulk replay may take; the confirmation lists them
 SEARCH_LIMIT = 100
-SESSION_COOKIE = "outbox_session"
-# Filters offered for "failed within"; any duration typed into the URL works too.
-SINCE_CHOICES = ("15m", "1h", "6h", "24h", "7d")
 
 
-@dataclass(frozen=True, slots=True)
-class WebConfig:
-    database_url: str
-    schema: str
-    host: str = "127.0.0.1"
-    port: int = 8080
-    password: str | None = None
-    lease_seconds: float = 300.0  # a claim older than this is counted as stuck
-    refresh_seconds: float = 5.0  # how often the page updates its figures
-    # Peers (addresses or networks, comma-separated) whose X-Forwarded-For and
-    # X-Forwarded-Proto are believed: a TLS-terminating proxy in front of the page.
-    trusted_proxies: str = ""
-
-
-_DB: web.AppKey[Engine] = web.AppKey("db", Engine)
-_GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
-_CONFIG: web.AppKey[WebConfig] = web.AppKey("config", WebConfig)
-_TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
-_THROTTLE: web.AppKey[SignInThrottle] = web.AppKey("throttle", SignInThrottle)
-_PROXIES: web.AppKey[Proxies] = web.AppKey("proxies", Proxies)
-
-
-class _TooManyAttempts(Exception):
-    """A password check refused by the throttle; ``seconds`` until the next may be tried."""
-
-    def __init__(self, seconds: int) -> None:
-        super().__init__(seconds)
-        self.seconds = seconds
-
-
-# --- templates and static files -----------------------------------------------------------------
-
-
-def _redacted(value: Any) -> Any:
-    """Whatever the database holds, a token-shaped string never reaches the page (markup
-    from macros was built from values already passed through here)."""
-    if isinstance(value, str) and not isinstance(value, Markup):
-        return redact(value)
-    return value
-
-
-def _templates() -> jinja2.Environment:
-    env = jinja2.Environment(
-        loader=jinja2.PackageLoader("outbox.web", "templates"),
-        autoescape=True,
-        undefined=jinja2.StrictUndefined,
-        finalize=_redacted,
-    )
-    env.globals.update(
-        state_names=views.STATE_NAMES,
-        when=views.when,
-        span=views.span,
-        chat_of=views.chat_of,
-        text_of=views.text_of,
-        extra_payload=views.extra_payload,
-        history=views.history,
-        queue_worth_showing=views.queue_worth_showing,
-        chart_width=views.CHART_WIDTH,
-        chart_height=views.CHART_HEIGHT,
-        since_choices=SINCE_CHOICES,
-    )
-    return env
+# --- static files -----------------------------------------------------------------
 
 
 def _static_files() -> dict[str, tuple[bytes, str]]:
@@ -123,216 +66,19 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
-def _render(
-    request: web.Request, template: str, http_status: int = 200, **context: Any
-) -> web.Response:
-    guard = request.app[_GUARD]
-    session = request.cookies.get(SESSION_COOKIE)
-    html = (
-        request.app[_TEMPLATES]
-        .get_template(template)
-        .render(
-            csrf=guard.form_token(session),
-            signed_in=guard.required and guard.session_valid(session),
-            refresh=request.app[_CONFIG].refresh_seconds,
-            **context,
-        )
-    )
-    return web.Response(text=html, status=http_status, content_type="text/html", charset="utf-8")
-
-
 # --- the database, off the event loop ------------------------------------------------------------
 
 
 async def _in_db(request: web.Request, work: Callable[[Connection], T]) -> T:
     """Run ``work`` in one transaction in a worker thread; commit if it returns."""
-    engine = request.app[_DB]
-    config = request.app[_CONFIG]
+    engine = request.app[DB]
+    config = request.app[CONFIG]
 
     def run() -> T:
         with connect_errors(config.database_url), engine.begin() as conn:
             return work(conn)
 
     return await asyncio.to_thread(run)
-
-
-# --- guards: security headers, sign-in, cross-site requests ------------------------------------
-
-# Scripts and styles only from the page's own files; nothing may frame it.
-_SECURITY_HEADERS = {
-    "Content-Security-Policy": (
-        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
-        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
-    ),
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    # Not no-referrer: under it the browser sends "Origin: null" with the page's own forms.
-    "Referrer-Policy": "same-origin",
-    "Cache-Control": "no-store",
-}
-_OPEN_PATHS = {"/login"}
-
-
-@web.middleware
-async def _answers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every answer leaves through here, errors included, and carries the security headers.
-
-    Input the page cannot use was refused before the database (``inputs``): 400 or 404. The
-    database away: 503. Anything else is a fault of the page: logged once, a plain 500 page.
-    """
-    try:
-        request = _as_forwarded(request)
-        response = await _checked(request, handler, request.app[_GUARD])
-    except web.HTTPException as err:
-        err.headers.update(_SECURITY_HEADERS)
-        raise
-    except (InvalidInput, NotFound) as err:
-        status = 404 if isinstance(err, NotFound) else 400
-        title = "Not found" if status == 404 else "Not understood"
-        response = _error_page(request, status, title, str(err))
-    except _TooManyAttempts as err:
-        response = _error_page(
-            request,
-            429,
-            "Too many attempts",
-            f"Too many sign-in attempts: try again in {err.seconds} s.",
-        )
-        response.headers["Retry-After"] = str(err.seconds)
-    except (OutboxError, sa_exc.OperationalError, sa_exc.InterfaceError) as err:
-        # The database went away or refused: one line on the page, the details in the log.
-        reason = str(err) if isinstance(err, OutboxError) else "the database did not answer"
-        log.warning("web: %s", reason)
-        response = _error_page(request, 503, "Unavailable", reason)
-    except Exception:
-        log.exception("web: an unexpected error answering %s %s", request.method, request.path)
-        response = _error_page(
-            request,
-            500,
-            "Something went wrong",
-            "The page met an error of its own; its log says what. Nothing was changed.",
-        )
-    response.headers.update(_SECURITY_HEADERS)
-    return response
-
-
-def _as_forwarded(request: web.Request) -> web.Request:
-    """Behind a trusted proxy: the browser's address and scheme, as the proxy tells them."""
-    proxies = request.app[_PROXIES]
-    if not proxies.trusts(request.remote):
-        return request
-    peer, headers = request.remote, request.headers
-    https = proxies.https(peer, headers.get("X-Forwarded-Proto"))
-    client = proxies.client(peer, headers.get("X-Forwarded-For")) or peer or ""
-    return request.clone(remote=client, scheme="https" if https else "http")
-
-
-def _error_page(request: web.Request, status: int, title: str, error: str) -> web.Response:
-    try:
-        return _render(request, "error.html", http_status=status, title=title, error=error)
-    except Exception:  # the template itself failed: still an answer, in plain text
-        log.exception("web: cannot render the error page")
-        return web.Response(text=f"{title}: {error}\n", status=status)
-
-
-async def _checked(request: web.Request, handler: Handler, guard: Guard) -> web.StreamResponse:
-    if not guard.host_allowed(request.headers.get("Host")):
-        return _refuse(request, 421, "This page answers only to localhost and 127.0.0.1.")
-    # A script's bearer header is never added by a browser on its own: no cross-site risk.
-    given = guard.bearer_password(request.headers.get("Authorization"))
-    bearer = given is not None and _password_checked(request, given)
-    if request.method not in {"GET", "HEAD"} and not bearer:
-        if not guard.origin_matches(request.headers.get("Origin"), request.headers.get("Host")):
-            log.warning(
-                "web: refused a %s to %s from %s",
-                request.method,
-                request.path,
-                request.headers.get("Origin"),
-            )
-            return _refuse(request, 403, "Refused: the form was sent from another site.")
-        form = await _form(request)
-        session = request.cookies.get(SESSION_COOKIE)
-        if not guard.form_token_valid(session, _text(form, "csrf")):
-            log.warning(
-                "web: refused a %s to %s without a valid form token", request.method, request.path
-            )
-            return _refuse(
-                request,
-                403,
-                "Refused: the form is stale or was not sent by this "
-                "page. Reload the page and try again.",
-            )
-    if request.path.startswith("/static/") or request.path in _OPEN_PATHS:
-        return await handler(request)
-    if guard.required and not (bearer or guard.session_valid(request.cookies.get(SESSION_COOKIE))):
-        if request.method == "GET" and not request.path.startswith("/part/"):
-            raise web.HTTPSeeOther("/login")
-        return _refuse(request, 401, "Sign in first.")
-    return await handler(request)
-
-
-def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
-    return _error_page(request, status, "Refused", reason)
-
-
-async def _form(request: web.Request) -> Mapping[str, Any]:
-    """The posted form; one that cannot be read (an unknown charset, a broken multipart body)
-    is a mistake of the sender."""
-    try:
-        return await request.post()
-    except (LookupError, ValueError, AssertionError, HttpProcessingError) as err:
-        raise InvalidInput(f"the form could not be read ({type(err).__name__})") from None
-
-
-def _text(form: Mapping[str, Any], name: str) -> str:
-    """A form field that only the page fills in (token, password): '' if absent or a file."""
-    value = form.get(name, "")
-    return value if isinstance(value, str) else ""
-
-
-def _password_checked(request: web.Request, given: str) -> bool:
-    """Compare a password, unless the client (or everyone) has guessed too often lately."""
-    throttle = request.app[_THROTTLE]
-    client = client_key(request.remote)
-    wait = throttle.wait_seconds(client)
-    if wait:
-        raise _TooManyAttempts(wait)
-    if request.app[_GUARD].password_matches(given):
-        throttle.succeeded(client)
-        return True
-    throttle.failed(client)
-    return False
-
-
-async def login_page(request: web.Request) -> web.StreamResponse:
-    guard = request.app[_GUARD]
-    if not guard.required:
-        raise web.HTTPSeeOther("/")
-    if request.method == "GET":
-        return _render(request, "login.html", failed=False)
-    if request.method != "POST":
-        raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST"])
-    form = await _form(request)
-    if not _password_checked(request, _text(form, "password")):
-        log.warning("web: a sign-in with a wrong password from %s", request.remote)
-        await asyncio.sleep(1.0)  # slows down one connection's guessing; the throttle the rest
-        return _render(request, "login.html", http_status=401, failed=True)
-    response = web.HTTPSeeOther("/")
-    response.set_cookie(
-        SESSION_COOKIE,
-        guard.sign_in(),
-        httponly=True,
-        samesite="Strict",
-        secure=request.secure,  # https, or a trusted proxy's X-Forwarded-Proto: https
-        path="/",
-    )
-    raise response
-
-
-async def logout(request: web.Request) -> web.StreamResponse:
-    request.app[_GUARD].sign_out(request.cookies.get(SESSION_COOKIE))
-    response = web.HTTPSeeOther("/login")
-    response.del_cookie(SESSION_COOKIE, path="/")
-    raise response
 
 
 # --- pages ----------------------------------------------------------------------------------------
@@ -389,7 +135,7 @@ class _FailedFilter:
 
 
 async def index(request: web.Request) -> web.StreamResponse:
-    config = request.app[_CONFIG]
+    config = request.app[CONFIG]
     chosen = _FailedFilter.read(request.query)
 
     def read(conn: Connection) -> dict[str, Any]:
@@ -407,18 +153,18 @@ async def index(request: web.Request) -> web.StreamResponse:
             "with_queue": any(queue != DEFAULT_QUEUE for queue in per_queue),
         }
 
-    return _render(request, "index.html", **chosen.fields(), **await _in_db(request, read))
+    return render(request, "index.html", **chosen.fields(), **await _in_db(request, read))
 
 
 async def overview_part(request: web.Request) -> web.StreamResponse:
-    config = request.app[_CONFIG]
+    config = request.app[CONFIG]
     data = await _in_db(request, lambda conn: _overview(conn, config))
-    return _render(request, "_overview.html", **data)
+    return render(request, "_overview.html", **data)
 
 
 async def _message_or_404(request: web.Request) -> tuple[int, Message]:
     message_id = _message_id(request)
-    config = request.app[_CONFIG]
+    config = request.app[CONFIG]
     message = await _in_db(
         request, lambda conn: api.get_message(conn, message_id, schema=config.schema)
     )
@@ -431,7 +177,7 @@ async def _act_on_message(
     request: web.Request, message_id: int, action: Callable[[Connection], T]
 ) -> tuple[T, Message]:
     """Run ``action`` and read the message as it left it, in one transaction."""
-    config = request.app[_CONFIG]
+    config = request.app[CONFIG]
 
     def act(conn: Connection) -> tuple[T, Message | None]:
         return action(conn), api.get_message(conn, message_id, schema=config.schema)
@@ -455,16 +201,16 @@ _NOTICES = {
 async def message_page(request: web.Request) -> web.StreamResponse:
     _, message = await _message_or_404(request)
     notice = _NOTICES.get(request.query.get("did", ""))
-    return _render(request, "message.html", m=message, notice=notice, refused=None)
+    return render(request, "message.html", m=message, notice=notice, refused=None)
 
 
 async def message_part(request: web.Request) -> web.StreamResponse:
     _, message = await _message_or_404(request)
-    return _render(request, "_message.html", m=message)
+    return render(request, "_message.html", m=message)
 
 
 async def search(request: web.Request) -> web.StreamResponse:
-    config = request.app[_CONFIG]
+    config = request.app[CONFIG]
     text = inputs.field(request.query, "q", "search")
     found: list[Message] = []
     if text:
@@ -474,7 +220,7 @@ async def search(request: web.Request) -> web.StreamResponse:
                 conn, text, schema=config.schema, limit=SEARCH_LIMIT
             ),
         )
-    return _render(request, "search.html", q=text, found=found, limit=SEARCH_LIMIT)
+    return render(request, "search.html", q=text, found=found, limit=SEARCH_LIMIT)
 
 
 # --- actions --------------------------------------------------------------------------------------
@@ -489,12 +235,12 @@ def _about(message: Message) -> dict[str, Any]:
 
 async def replay_one(request: web.Request) -> web.StreamResponse:
     message_id = _message_id(request)
-    config = request.app[_CONFIG]
-    form = await _form(request)
+    config = request.app[CONFIG]
+    form = await read_form(request)
     force = form.get("force") == "1"
     if force and form.get("confirmed") != "1":
         _, message = await _message_or_404(request)
-        return _render(request, "confirm_force.html", m=message)
+        return render(request, "confirm_force.html", m=message)
     result, message = await _act_on_message(
         request,
         message_id,
@@ -508,7 +254,7 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
             extra=_about(message),
         )
         raise web.HTTPSeeOther(f"/messages/{message_id}?did=replayed")
-    return _render(
+    return render(
         request,
         "message.html",
         http_status=409,
@@ -521,7 +267,7 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
 
 async def cancel_one(request: web.Request) -> web.StreamResponse:
     message_id = _message_id(request)
-    config = request.app[_CONFIG]
+    config = request.app[CONFIG]
     cancelled, message = await _act_on_message(
         request,
         message_id,
@@ -535,7 +281,7 @@ async def cancel_one(request: web.Request) -> web.StreamResponse:
         f"({views.STATE_NAMES.get(message.state, '?')}); only a waiting message (kutmoqda) "
         "can be cancelled."
     )
-    return _render(
+    return render(
         request,
         "message.html",
         http_status=409,
@@ -548,11 +294,11 @@ async def cancel_one(request: web.Request) -> web.StreamResponse:
 
 async def replay_selection(request: web.Request) -> web.StreamResponse:
     """Two steps: the filter gives the list to confirm; the confirmation replays those ids."""
-    config = request.app[_CONFIG]
-    form = await _form(request)
+    config = request.app[CONFIG]
+    form = await read_form(request)
     force = form.get("force") == "1"
     if form.get("confirmed") == "1":
-        ids = inputs.message_ids(_text(form, "ids"), SELECTION_LIMIT)
+        ids = inputs.message_ids(form_text(form, "ids"), SELECTION_LIMIT)
         results = await _in_db(
             request, lambda conn: api.replay(conn, ids, force=force, schema=config.schema)
         )
@@ -563,7 +309,7 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
             len(results),
             " (forced)" if force else "",
         )
-        return _render(
+        return render(
             request,
             "replayed.html",
             replayed=replayed,
@@ -576,7 +322,7 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
         lambda conn: chosen.messages(conn, schema=config.schema, limit=SELECTION_LIMIT + 1),
     )
     taken = selected[:SELECTION_LIMIT]
-    return _render(
+    return render(
         request,
         "confirm_selection.html",
         selected=taken,
@@ -602,13 +348,13 @@ _STATIC = _static_files()
 
 
 def build_app(config: WebConfig, engine: Engine) -> web.Application:
-    app = web.Application(middlewares=[_answers], client_max_size=256 * 1024)
-    app[_DB] = engine
-    app[_CONFIG] = config
-    app[_GUARD] = Guard(config.password, config.host)
-    app[_THROTTLE] = SignInThrottle()
-    app[_PROXIES] = Proxies.parse(config.trusted_proxies)
-    app[_TEMPLATES] = _templates()
+    app = web.Application(middlewares=[answers], client_max_size=256 * 1024)
+    app[DB] = engine
+    app[CONFIG] = config
+    app[GUARD] = Guard(config.password, config.host)
+    app[THROTTLE] = SignInThrottle()
+    app[PROXIES] = Proxies.parse(config.trusted_proxies)
+    app[TEMPLATES] = templates()
     app.router.add_get("/", index)
     app.router.add_get("/part/overview", overview_part)
     app.router.add_get("/part/messages/{id}", message_part)
@@ -642,24 +388,9 @@ def serve(config: WebConfig) -> None:
         engine.dispose()
 
 
-class _MalformedRequests(logging.LoggerAdapter[logging.Logger]):
-    """aiohttp's log for requests it cannot parse (a bad request line, a header too long),
-    answered before the page sees them: one line each instead of a traceback."""
-
-    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
-        err = kwargs.get("exc_info")
-        if msg != "Error handling request from %s" or not isinstance(err, HttpProcessingError):
-            self.logger.exception(msg, *args, **kwargs)  # not about the request: as it was
-            return
-        reason = (str(err.message).strip().splitlines() or ["?"])[0][:200]
-        self.logger.info(
-            "web: a malformed request from %s refused (%s): %s", args[0], err.code, redact(reason)
-        )
-
-
 async def _serve(app: web.Application, config: WebConfig) -> None:
     runner = web.AppRunner(
-        app, access_log=None, handle_signals=False, logger=_MalformedRequests(log)
+        app, access_log=None, handle_signals=False, logger=MalformedRequests(log)
     )
     await runner.setup()
     try:

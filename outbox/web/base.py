@@ -1,0 +1,120 @@
+"""What every part of the page shares: its settings, the application's keys, and rendering.
+
+Everything a template shows passes through ``redact`` first: a token-shaped string in a row
+never reaches the page.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any
+
+import jinja2
+from aiohttp import web
+from markupsafe import Markup
+from sqlalchemy.engine import Engine
+
+from outbox.redact import redact
+from outbox.web import views
+from outbox.web.auth import Guard, Proxies
+from outbox.web.throttle import SignInThrottle
+
+__all__ = [
+    "CONFIG",
+    "DB",
+    "GUARD",
+    "PROXIES",
+    "SESSION_COOKIE",
+    "TEMPLATES",
+    "THROTTLE",
+    "WebConfig",
+    "error_page",
+    "render",
+    "templates",
+]
+
+log = logging.getLogger("outbox.web")
+
+SESSION_COOKIE = "outbox_session"
+# Filters offered for "failed within"; any duration typed into the URL works too.
+SINCE_CHOICES = ("15m", "1h", "6h", "24h", "7d")
+
+
+@dataclass(frozen=True, slots=True)
+class WebConfig:
+    database_url: str
+    schema: str
+    host: str = "127.0.0.1"
+    port: int = 8080
+    password: str | None = None
+    lease_seconds: float = 300.0  # a claim older than this is counted as stuck
+    refresh_seconds: float = 5.0  # how often the page updates its figures
+    # Peers (addresses or networks, comma-separated) whose X-Forwarded-For and
+    # X-Forwarded-Proto are believed: a TLS-terminating proxy in front of the page.
+    trusted_proxies: str = ""
+
+
+DB: web.AppKey[Engine] = web.AppKey("db", Engine)
+GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
+CONFIG: web.AppKey[WebConfig] = web.AppKey("config", WebConfig)
+TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
+THROTTLE: web.AppKey[SignInThrottle] = web.AppKey("throttle", SignInThrottle)
+PROXIES: web.AppKey[Proxies] = web.AppKey("proxies", Proxies)
+
+
+def _redacted(value: Any) -> Any:
+    """Whatever the database holds, a token-shaped string never reaches the page (markup
+    from macros was built from values already passed through here)."""
+    if isinstance(value, str) and not isinstance(value, Markup):
+        return redact(value)
+    return value
+
+
+def templates() -> jinja2.Environment:
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("outbox.web", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        finalize=_redacted,
+    )
+    env.globals.update(
+        state_names=views.STATE_NAMES,
+        when=views.when,
+        span=views.span,
+        chat_of=views.chat_of,
+        text_of=views.text_of,
+        extra_payload=views.extra_payload,
+        history=views.history,
+        queue_worth_showing=views.queue_worth_showing,
+        chart_width=views.CHART_WIDTH,
+        chart_height=views.CHART_HEIGHT,
+        since_choices=SINCE_CHOICES,
+    )
+    return env
+
+
+def render(
+    request: web.Request, template: str, http_status: int = 200, **context: Any
+) -> web.Response:
+    guard = request.app[GUARD]
+    session = request.cookies.get(SESSION_COOKIE)
+    html = (
+        request.app[TEMPLATES]
+        .get_template(template)
+        .render(
+            csrf=guard.form_token(session),
+            signed_in=guard.required and guard.session_valid(session),
+            refresh=request.app[CONFIG].refresh_seconds,
+            **context,
+        )
+    )
+    return web.Response(text=html, status=http_status, content_type="text/html", charset="utf-8")
+
+
+def error_page(request: web.Request, status: int, title: str, error: str) -> web.Response:
+    try:
+        return render(request, "error.html", http_status=status, title=title, error=error)
+    except Exception:  # the template itself failed: still an answer, in plain text
+        log.exception("web: cannot render the error page")
+        return web.Response(text=f"{title}: {error}\n", status=status)

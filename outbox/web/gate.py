@@ -1,0 +1,237 @@
+"""What every request passes on its way in and every answer on its way out.
+
+* In: the host check (DNS rebinding), the origin and form token of a POST, the sign-in (a
+  session or a bearer header, each password through the ``throttle``), and behind a trusted
+  proxy the browser's own address and scheme.
+* Out: the security headers on every answer, errors included. Input the page cannot use is a
+  400 or 404 saying why (``inputs``), the database away a 503; anything else is a fault of the
+  page, logged once with its traceback and answered with a plain error page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any
+
+from aiohttp import web
+from aiohttp.http_exceptions import HttpProcessingError
+from sqlalchemy import exc as sa_exc
+
+from outbox.errors import InvalidInput, NotFound, OutboxError
+from outbox.redact import redact
+from outbox.web.auth import Guard
+from outbox.web.base import (
+    GUARD,
+    PROXIES,
+    SESSION_COOKIE,
+    THROTTLE,
+    error_page,
+    render,
+)
+from outbox.web.throttle import client_key
+
+__all__ = [
+    "MalformedRequests",
+    "answers",
+    "form_text",
+    "login_page",
+    "logout",
+    "read_form",
+]
+
+log = logging.getLogger("outbox.web")
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class TooManyAttempts(Exception):
+    """A password check refused by the throttle; ``seconds`` until the next may be tried."""
+
+    def __init__(self, seconds: int) -> None:
+        super().__init__(seconds)
+        self.seconds = seconds
+
+
+# Scripts and styles only from the page's own files; nothing may frame it.
+_SECURITY_HEADERS = {
+    "Content-Security-Policy": (
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
+    ),
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    # Not no-referrer: under it the browser sends "Origin: null" with the page's own forms.
+    "Referrer-Policy": "same-origin",
+    "Cache-Control": "no-store",
+}
+_OPEN_PATHS = {"/login"}
+
+
+@web.middleware
+async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
+    """Every answer leaves through here, errors included, and carries the security headers.
+
+    Input the page cannot use was refused before the database (``inputs``): 400 or 404. The
+    database away: 503. Anything else is a fault of the page: logged once, a plain 500 page.
+    """
+    try:
+        request = _as_forwarded(request)
+        response = await _checked(request, handler, request.app[GUARD])
+    except web.HTTPException as err:
+        err.headers.update(_SECURITY_HEADERS)
+        raise
+    except (InvalidInput, NotFound) as err:
+        status = 404 if isinstance(err, NotFound) else 400
+        title = "Not found" if status == 404 else "Not understood"
+        response = error_page(request, status, title, str(err))
+    except TooManyAttempts as err:
+        response = error_page(
+            request,
+            429,
+            "Too many attempts",
+            f"Too many sign-in attempts: try again in {err.seconds} s.",
+        )
+        response.headers["Retry-After"] = str(err.seconds)
+    except (OutboxError, sa_exc.OperationalError, sa_exc.InterfaceError) as err:
+        # The database went away or refused: one line on the page, the details in the log.
+        reason = str(err) if isinstance(err, OutboxError) else "the database did not answer"
+        log.warning("web: %s", reason)
+        response = error_page(request, 503, "Unavailable", reason)
+    except Exception:
+        log.exception("web: an unexpected error answering %s %s", request.method, request.path)
+        response = error_page(
+            request,
+            500,
+            "Something went wrong",
+            "The page met an error of its own; its log says what. Nothing was changed.",
+        )
+    response.headers.update(_SECURITY_HEADERS)
+    return response
+
+
+def _as_forwarded(request: web.Request) -> web.Request:
+    """Behind a trusted proxy: the browser's address and scheme, as the proxy tells them."""
+    proxies = request.app[PROXIES]
+    if not proxies.trusts(request.remote):
+        return request
+    peer, headers = request.remote, request.headers
+    https = proxies.https(peer, headers.get("X-Forwarded-Proto"))
+    client = proxies.client(peer, headers.get("X-Forwarded-For")) or peer or ""
+    return request.clone(remote=client, scheme="https" if https else "http")
+
+
+async def _checked(request: web.Request, handler: Handler, guard: Guard) -> web.StreamResponse:
+    if not guard.host_allowed(request.headers.get("Host")):
+        return _refuse(request, 421, "This page answers only to localhost and 127.0.0.1.")
+    # A script's bearer header is never added by a browser on its own: no cross-site risk.
+    given = guard.bearer_password(request.headers.get("Authorization"))
+    bearer = given is not None and _password_checked(request, given)
+    if request.method not in {"GET", "HEAD"} and not bearer:
+        if not guard.origin_matches(request.headers.get("Origin"), request.headers.get("Host")):
+            log.warning(
+                "web: refused a %s to %s from %s",
+                request.method,
+                request.path,
+                request.headers.get("Origin"),
+            )
+            return _refuse(request, 403, "Refused: the form was sent from another site.")
+        form = await read_form(request)
+        session = request.cookies.get(SESSION_COOKIE)
+        if not guard.form_token_valid(session, form_text(form, "csrf")):
+            log.warning(
+                "web: refused a %s to %s without a valid form token", request.method, request.path
+            )
+            return _refuse(
+                request,
+                403,
+                "Refused: the form is stale or was not sent by this "
+                "page. Reload the page and try again.",
+            )
+    if request.path.startswith("/static/") or request.path in _OPEN_PATHS:
+        return await handler(request)
+    if guard.required and not (bearer or guard.session_valid(request.cookies.get(SESSION_COOKIE))):
+        if request.method == "GET" and not request.path.startswith("/part/"):
+            raise web.HTTPSeeOther("/login")
+        return _refuse(request, 401, "Sign in first.")
+    return await handler(request)
+
+
+def _refuse(request: web.Request, status: int, reason: str) -> web.Response:
+    return error_page(request, status, "Refused", reason)
+
+
+async def read_form(request: web.Request) -> Mapping[str, Any]:
+    """The posted form; one that cannot be read (an unknown charset, a broken multipart body)
+    is a mistake of the sender."""
+    try:
+        return await request.post()
+    except (LookupError, ValueError, AssertionError, HttpProcessingError) as err:
+        raise InvalidInput(f"the form could not be read ({type(err).__name__})") from None
+
+
+def form_text(form: Mapping[str, Any], name: str) -> str:
+    """A form field that only the page fills in (token, password): '' if absent or a file."""
+    value = form.get(name, "")
+    return value if isinstance(value, str) else ""
+
+
+def _password_checked(request: web.Request, given: str) -> bool:
+    """Compare a password, unless the client (or everyone) has guessed too often lately."""
+    throttle = request.app[THROTTLE]
+    client = client_key(request.remote)
+    wait = throttle.wait_seconds(client)
+    if wait:
+        raise TooManyAttempts(wait)
+    if request.app[GUARD].password_matches(given):
+        throttle.succeeded(client)
+        return True
+    throttle.failed(client)
+    return False
+
+
+async def login_page(request: web.Request) -> web.StreamResponse:
+    guard = request.app[GUARD]
+    if not guard.required:
+        raise web.HTTPSeeOther("/")
+    if request.method == "GET":
+        return render(request, "login.html", failed=False)
+    if request.method != "POST":
+        raise web.HTTPMethodNotAllowed(request.method, ["GET", "POST"])
+    form = await read_form(request)
+    if not _password_checked(request, form_text(form, "password")):
+        log.warning("web: a sign-in with a wrong password from %s", request.remote)
+        await asyncio.sleep(1.0)  # slows down one connection's guessing; the throttle the rest
+        return render(request, "login.html", http_status=401, failed=True)
+    response = web.HTTPSeeOther("/")
+    response.set_cookie(
+        SESSION_COOKIE,
+        guard.sign_in(),
+        httponly=True,
+        samesite="Strict",
+        secure=request.secure,  # https, or a trusted proxy's X-Forwarded-Proto: https
+        path="/",
+    )
+    raise response
+
+
+async def logout(request: web.Request) -> web.StreamResponse:
+    request.app[GUARD].sign_out(request.cookies.get(SESSION_COOKIE))
+    response = web.HTTPSeeOther("/login")
+    response.del_cookie(SESSION_COOKIE, path="/")
+    raise response
+
+
+class MalformedRequests(logging.LoggerAdapter[logging.Logger]):
+    """aiohttp's log for requests it cannot parse (a bad request line, a header too long),
+    answered before the page sees them: one line each instead of a traceback."""
+
+    def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
+        err = kwargs.get("exc_info")
+        if msg != "Error handling request from %s" or not isinstance(err, HttpProcessingError):
+            self.logger.exception(msg, *args, **kwargs)  # not about the request: as it was
+            return
+        reason = (str(err.message).strip().splitlines() or ["?"])[0][:200]
+        self.logger.info(
+            "web: a malformed request from %s refused (%s): %s", args[0], err.code, redact(reason)
+        )
