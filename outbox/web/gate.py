@@ -104,7 +104,8 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
             request,
             500,
             "Something went wrong",
-            "The page met an error of its own; its log says what. Nothing was changed.",
+            "The page met an error of its own; its log says what. Reload the page to see "
+            "where things stand.",
         )
     response.headers.update(_SECURITY_HEADERS)
     return response
