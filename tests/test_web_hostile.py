@@ -365,3 +365,26 @@ def test_a_request_aiohttp_cannot_parse_is_one_log_line_not_a_traceback(
         log = web.log
     assert "Traceback" not in log
     assert "web: a malformed request from 127.0.0.1 refused (400): Got more than 8190" in log
+
+
+@pytest.mark.parametrize(
+    ("peer", "forwarded_for", "client"),
+    [
+        ("127.0.0.1", "203.0.113.5", "203.0.113.5"),
+        ("127.0.0.1", "1.1.1.1, 203.0.113.5", "203.0.113.5"),  # the first is the client's word
+        ("127.0.0.1", "203.0.113.5, 10.0.0.2", "203.0.113.5"),  # a second proxy of ours
+        ("127.0.0.1", "10.0.0.2", "127.0.0.1"),  # only proxies: the nearest one
+        ("127.0.0.1", "nonsense", "127.0.0.1"),
+        ("127.0.0.1", None, "127.0.0.1"),
+        ("192.0.2.50", "203.0.113.5", "192.0.2.50"),  # not a trusted peer: its header ignored
+    ],
+)
+def test_the_client_behind_trusted_proxies_is_the_last_untrusted_hop(
+    peer: str, forwarded_for: str | None, client: str
+) -> None:
+    from outbox.web.auth import Proxies
+
+    proxies = Proxies.parse("127.0.0.1, 10.0.0.0/8")
+    assert proxies.client(peer, forwarded_for) == client
+    assert proxies.https(peer, "https") is (peer == "127.0.0.1")
+    assert not proxies.https(peer, "http")
