@@ -26,7 +26,7 @@ from reminders.messages import CALLBACK_ANSWER_LIMIT
 from tests.bot_support import telegram_accepts
 from tests.conftest import TEST_TOKEN
 
-ALICE, BOBUR, STRANGER = 501, 502, 503  # Bobur's things must never change
+ALICE, BOBUR, STRANGER, GROUP = 501, 502, 503, -4001  # Bobur's things must never change
 
 _WORDS = st.sampled_from(
     [
@@ -96,9 +96,9 @@ _DATA = st.one_of(
     st.text(max_size=64),
     st.sampled_from(["done:²", "done:٣", "snooze:1:²", "done:1:2", "done:", ":", "\x00"]),
 )
-# A person writes (from one of two chats), or presses a button of one of Alice's messages.
+# A person writes (in a private chat or a group), or presses a button of Alice's messages.
 _UPDATES = st.one_of(
-    st.tuples(st.just("text"), st.sampled_from([ALICE, STRANGER]), _TEXTS),
+    st.tuples(st.just("text"), st.sampled_from([ALICE, STRANGER, GROUP]), _TEXTS),
     st.tuples(st.just("button"), st.just(ALICE), _DATA),
 )
 
@@ -132,16 +132,18 @@ class _Bot:
         update = Update.de_json(data, self.app.bot)
         self.loop.run_until_complete(self.app.process_update(update))
 
-    def write(self, chat_id: int, text: str) -> str:
-        """The reply's text, read from the outbox."""
-        update_id = self.fake.post_message(chat_id, text)
+    def write(self, chat_id: int, text: str) -> str | None:
+        """The reply's text, read from the outbox; None if there is none."""
+        sender = chat_id if chat_id > 0 else ALICE  # in the group, Alice writes
+        update_id = self.fake.post_message(chat_id, text, user_id=sender)
         self._process(update_id)
         with self.engine.begin() as conn:
             payload = conn.execute(
                 sa.text("SELECT payload FROM outbox WHERE kalit = :k"),
                 {"k": f"bot:{self.bot_id}:{update_id}"},
             ).scalar_one_or_none()
-        assert payload is not None, f"no reply to {text!r}"
+        if payload is None:
+            return None
         assert payload["chat_id"] == chat_id
         return str(payload["text"])
 
@@ -195,11 +197,14 @@ def _bobur_owns(engine: sa.Engine) -> list[Any]:
 
 def test_random_updates_get_answers_and_touch_nobody_else(bot: _Bot, engine: sa.Engine) -> None:
     # Bobur's tasks are #1 and #2: the ids random input names most often.
-    assert "Assalomu alaykum" in bot.write(BOBUR, "/start")
-    assert "#1" in bot.write(BOBUR, "/add Bobur hisoboti ertaga 09:00")
-    assert "#2" in bot.write(BOBUR, "/add Bobur noni 30m")
-    assert "Assalomu alaykum" in bot.write(ALICE, "/start")
-    assert "#3" in bot.write(ALICE, "/add Alisa kitobi ertaga 10:00")
+    for chat_id, text, expected in [
+        (BOBUR, "/start", "Assalomu alaykum"),
+        (BOBUR, "/add Bobur hisoboti ertaga 09:00", "#1"),
+        (BOBUR, "/add Bobur noni 30m", "#2"),
+        (ALICE, "/start", "Assalomu alaykum"),
+        (ALICE, "/add Alisa kitobi ertaga 10:00", "#3"),
+    ]:
+        assert expected in (bot.write(chat_id, text) or ""), text
     bobur_before = _bobur_owns(engine)
     errors = _Errors()
     logging.getLogger("reminders.bot").addHandler(errors)
@@ -216,7 +221,11 @@ def test_random_updates_get_answers_and_touch_nobody_else(bot: _Bot, engine: sa.
         kind, chat_id, content = update
         if kind == "text":
             reply = bot.write(chat_id, content)
-            assert telegram_accepts(reply), (content, reply)
+            if chat_id == GROUP and not content.startswith("/"):
+                assert reply is None, (content, reply)  # a group's talk is not the bot's
+            else:
+                assert reply is not None, f"no reply to {content!r}"
+                assert telegram_accepts(reply), (content, reply)
         else:
             answer = bot.press(chat_id, content)
             assert 0 < len(answer) <= CALLBACK_ANSWER_LIMIT, (content, answer)
