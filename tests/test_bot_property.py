@@ -100,6 +100,7 @@ _DATA = st.one_of(
 _UPDATES = st.one_of(
     st.tuples(st.just("text"), st.sampled_from([ALICE, STRANGER, GROUP]), _TEXTS),
     st.tuples(st.just("button"), st.just(ALICE), _DATA),
+    st.tuples(st.just("photo"), st.sampled_from([ALICE, GROUP]), _TEXTS),
 )
 
 
@@ -127,16 +128,23 @@ class _Bot:
         self.loop.run_until_complete(self.app.shutdown())
         self.loop.close()
 
-    def _process(self, update_id: int) -> None:
+    def _process(self, update_id: int, *, photo: bool = False) -> None:
         [data] = [u for u in self.fake.posted_updates() if u["update_id"] == update_id]
+        if photo:  # a message without text: a photo with its caption
+            message = data["message"]
+            message["caption"] = message.pop("text")
+            message.pop("entities", None)
+            message["photo"] = [
+                {"file_id": "f1", "file_unique_id": "u1", "width": 90, "height": 90}
+            ]
         update = Update.de_json(data, self.app.bot)
         self.loop.run_until_complete(self.app.process_update(update))
 
-    def write(self, chat_id: int, text: str) -> str | None:
+    def write(self, chat_id: int, text: str, *, photo: bool = False) -> str | None:
         """The reply's text, read from the outbox; None if there is none."""
         sender = chat_id if chat_id > 0 else ALICE  # in the group, Alice writes
         update_id = self.fake.post_message(chat_id, text, user_id=sender)
-        self._process(update_id)
+        self._process(update_id, photo=photo)
         with self.engine.begin() as conn:
             payload = conn.execute(
                 sa.text("SELECT payload FROM outbox WHERE kalit = :k"),
@@ -219,9 +227,9 @@ def test_random_updates_get_answers_and_touch_nobody_else(bot: _Bot, engine: sa.
     @given(_UPDATES)
     def one_update(update: tuple[str, int, str]) -> None:
         kind, chat_id, content = update
-        if kind == "text":
-            reply = bot.write(chat_id, content)
-            if chat_id == GROUP and not content.startswith("/"):
+        if kind in ("text", "photo"):
+            reply = bot.write(chat_id, content, photo=kind == "photo")
+            if chat_id == GROUP and (kind == "photo" or not content.startswith("/")):
                 assert reply is None, (content, reply)  # a group's talk is not the bot's
             else:
                 assert reply is not None, f"no reply to {content!r}"
