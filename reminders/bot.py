@@ -25,7 +25,7 @@ from urllib.parse import urlsplit
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
-from telegram import BotCommand, Update
+from telegram import BotCommand, CallbackQuery, Update
 from telegram import error as tg
 from telegram.constants import ParseMode
 from telegram.ext import Application, CallbackQueryHandler, ContextTypes, MessageHandler, filters
@@ -34,6 +34,7 @@ from outbox.db import create_engine
 from outbox.redact import redact, register_secret
 from outbox.telegram import bot_id_of
 from reminders import chat
+from reminders.messages import CALLBACK_ANSWER_LIMIT, fit_html, shorten
 
 __all__ = ["BotConfig", "build_application", "run_bot"]
 
@@ -82,18 +83,18 @@ class _Handlers:
         self._bot_id = bot_id
         self._handled = 0
 
-    def transaction(self, work: Callable[[Session], T]) -> T:
+    def transaction(self, work: Callable[[Session], T], attempts: int = _DB_ATTEMPTS) -> T:
         """Run ``work`` in one transaction; retry a few times when the database is away.
 
         python-telegram-bot confirms an update to Telegram once it was fetched, whatever its
         handler did, so a short outage is waited out here rather than losing the update.
         """
-        for attempt in range(1, _DB_ATTEMPTS + 1):
+        for attempt in range(1, attempts + 1):
             try:
                 with Session(self._engine) as session, session.begin():
                     return work(session)
             except sa.exc.OperationalError as err:
-                if attempt == _DB_ATTEMPTS:
+                if attempt == attempts:
                     raise
                 log.warning("database unavailable (%s); retrying", type(err).__name__)
                 time.sleep(0.5 * 2**attempt)
@@ -127,8 +128,11 @@ class _Handlers:
             new_chat = message.migrate_to_chat_id
             await self._handle(lambda s: chat.handle_migration(s, incoming, new_chat))
             return
-        text = message.text
-        if text and not await self._handle(lambda s: chat.handle_text(s, incoming, text)):
+        # A private message without text (a photo, a sticker) is answered as one not understood.
+        text = message.text or ""
+        if not (text or incoming.private):
+            return
+        if not await self._handle(lambda s: chat.handle_text(s, incoming, text)):
             log.info("update %s was handled by another bot process", update.update_id)
 
     async def on_button(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -137,16 +141,61 @@ class _Handlers:
             return
         message = query.message
         if message is None or not query.data:
-            await _quietly(query.answer("Bu tugma eskirgan."))
+            await _answer(query, "Bu tugma eskirgan.")
             return
         data, message_id = query.data, message.message_id
         outcome = await self._handle(lambda s: chat.handle_button(s, incoming, message_id, data))
         if outcome is None:  # another bot process handled this update and answers it
             log.info("update %s was handled by another bot process", update.update_id)
             return
-        await _quietly(query.answer(outcome.answer))
+        await _answer(query, outcome.answer)
         if outcome.edit is not None:
-            await _quietly(query.edit_message_text(outcome.edit, parse_mode=ParseMode.HTML))
+            edit = fit_html(outcome.edit)
+            await _quietly(query.edit_message_text(edit, parse_mode=ParseMode.HTML))
+
+    async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
+        """The last resort: an update whose handler failed unexpectedly is logged, and the
+        person is told (an apology), so that no input leaves the bot silent."""
+        err = context.error
+        update_id = getattr(update, "update_id", None)
+        log.error(
+            "update %s not handled: %s: %s", update_id, type(err).__name__, redact(str(err))[:300]
+        )
+        if not isinstance(update, Update):  # a polling error: nobody waits for an answer
+            return
+        try:
+            await self._apologise(update)
+        except Exception as failure:  # noqa: BLE001 - an error handler has nobody to raise to
+            log.warning(
+                "no apology for update %s: %s: %s",
+                update_id,
+                type(failure).__name__,
+                redact(str(failure))[:300],
+            )
+
+    async def _apologise(self, update: Update) -> None:
+        if update.callback_query is not None:  # answered directly, like every button press
+            await _answer(update.callback_query, chat.BUTTON_APOLOGY)
+            return
+        message, incoming = update.message, self._incoming(update)
+        if message is None or incoming is None:
+            return
+        text = message.text or ""
+        try:  # through the outbox like every reply, claiming the update; one attempt
+            await asyncio.to_thread(
+                self.transaction, lambda s: chat.handle_failure(s, incoming, text), 1
+            )
+        except Exception as failure:  # noqa: BLE001 - the database itself fails: send it directly
+            log.warning(
+                "apology for update %s sent directly: %s", update.update_id, type(failure).__name__
+            )
+            if incoming.private or text.startswith("/"):
+                await _quietly(message.chat.send_message(chat.APOLOGY))
+
+
+async def _answer(query: CallbackQuery, text: str) -> None:
+    """The answer to a button press, within Telegram's 200 characters."""
+    await _quietly(query.answer(shorten(text, CALLBACK_ANSWER_LIMIT)))
 
 
 async def _quietly(call: Awaitable[object]) -> None:
@@ -158,14 +207,6 @@ async def _quietly(call: Awaitable[object]) -> None:
         log.info("Telegram declined an answer: %s", redact(str(err)))
     except tg.TelegramError as err:
         log.warning("could not answer the button press: %s", redact(str(err)))
-
-
-async def _on_error(update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
-    err = context.error
-    update_id = getattr(update, "update_id", None)
-    log.error(
-        "update %s not handled: %s: %s", update_id, type(err).__name__, redact(str(err))[:300]
-    )
 
 
 def build_application(config: BotConfig, engine: sa.Engine) -> _App:
@@ -187,14 +228,16 @@ def build_application(config: BotConfig, engine: sa.Engine) -> _App:
         .post_init(post_init)
         .build()
     )
+    private_other = filters.ChatType.PRIVATE & ~filters.StatusUpdate.ALL
     app.add_handler(
         MessageHandler(
-            filters.UpdateType.MESSAGE & (filters.TEXT | filters.StatusUpdate.MIGRATE),
+            filters.UpdateType.MESSAGE
+            & (filters.TEXT | filters.StatusUpdate.MIGRATE | private_other),
             handlers.on_message,
         )
     )
     app.add_handler(CallbackQueryHandler(handlers.on_button))
-    app.add_error_handler(_on_error)
+    app.add_error_handler(handlers.on_error)
     return app
 
 

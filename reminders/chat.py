@@ -21,17 +21,29 @@ from sqlalchemy.orm import Session
 import outbox
 from outbox.errors import InvalidInput
 from reminders import service
-from reminders.messages import duration_words, parse_button
+from reminders.messages import (
+    ECHO_LIMIT,
+    TELEGRAM_TEXT_LIMIT,
+    duration_words,
+    fit_html,
+    html_length,
+    parse_button,
+    shorten,
+)
 from reminders.models import DEFAULT_TIME_ZONE, HandledUpdate, PressedReminder, Task, User
+from reminders.parsing import BIGINT_MAX
 from reminders.when import EXAMPLES, parse_title_and_when
 
 __all__ = [
+    "APOLOGY",
+    "BUTTON_APOLOGY",
     "HELP",
     "REPLY_KIND",
     "ButtonOutcome",
     "Incoming",
     "forget_old_updates",
     "handle_button",
+    "handle_failure",
     "handle_migration",
     "handle_text",
     "reply_key",
@@ -41,6 +53,12 @@ REPLY_KIND = "javob"  # the outbox's tur of the bot's replies (reminders are 'es
 HOUR = timedelta(hours=1)
 _TITLE_LIMIT = 200
 _LIST_LIMIT = 50
+_ERROR_LIMIT = 300  # a reason, its echoes of the input already shortened
+# When a handler fails unexpectedly (see bot.py): the person is told, never left waiting.
+APOLOGY = (
+    "Kechirasiz, buni hozir bajara olmadim. Birozdan keyin qayta urinib ko'ring. Yordam: /help"
+)
+BUTTON_APOLOGY = "Kechirasiz, hozir bajara olmadim. Birozdan keyin qayta bosing."
 
 HELP = (
     "Men vazifalaringizni Telegramda eslatib turaman.\n\n"
@@ -94,7 +112,7 @@ def _claim(session: Session, incoming: Incoming) -> bool:
 
 
 def _reply(session: Session, incoming: Incoming, text: str) -> None:
-    payload = {"chat_id": incoming.chat_id, "text": text, "parse_mode": "HTML"}
+    payload = {"chat_id": incoming.chat_id, "text": fit_html(text), "parse_mode": "HTML"}
     outbox.enqueue(session, key=reply_key(incoming), payload=payload, kind=REPLY_KIND)
 
 
@@ -104,6 +122,11 @@ def _local(moment: datetime, time_zone: str) -> str:
 
 def _b(text: str) -> str:
     return f"<b>{html.escape(text, quote=False)}</b>"
+
+
+def _echo(text: str, limit: int = ECHO_LIMIT) -> str:
+    """The person's input shown back: shortened (``messages.shorten``), then HTML-escaped."""
+    return html.escape(shorten(text, limit), quote=False)
 
 
 # --- commands ----------------------------------------------------------------------------------
@@ -125,6 +148,17 @@ def handle_text(session: Session, incoming: Incoming, text: str) -> bool:
     return True
 
 
+def handle_failure(session: Session, incoming: Incoming, text: str) -> bool:
+    """The apology for a message whose handling failed (its transaction rolled back): claimed
+    and enqueued like any reply; False if another transaction already acted on the update."""
+    if not incoming.private and not text.startswith("/"):
+        return True
+    if not _claim(session, incoming):
+        return False
+    _reply(session, incoming, APOLOGY)
+    return True
+
+
 def _answer_text(session: Session, incoming: Incoming, text: str) -> str:  # noqa: PLR0911 - one answer per case
     words = text.split()
     command = words[0].split("@", 1)[0].lower() if words and words[0].startswith("/") else ""
@@ -137,7 +171,7 @@ def _answer_text(session: Session, incoming: Incoming, text: str) -> str:  # noq
         return HELP.format(tz=user.time_zone if user else DEFAULT_TIME_ZONE)
     handler = _COMMANDS.get(command)
     if handler is None:
-        shown = html.escape(words[0] if words else text, quote=False)
+        shown = _echo(words[0] if words else text)
         what = f"Bunday buyruq yo'q: {shown}." if command else "Buyruqni tushunmadim."
         return f"{what} Buyruqlar: /help\nMasalan: /add Hisobot ertaga 09:00"
     if user is None:
@@ -147,11 +181,13 @@ def _answer_text(session: Session, incoming: Incoming, text: str) -> str:  # noq
     try:
         return handler(session, incoming, user, words[1:])
     except InvalidInput as err:
-        return f"Tushunmadim: {html.escape(str(err), quote=False)}."
+        return f"Tushunmadim: {_echo(str(err), _ERROR_LIMIT)}."
 
 
 def _start(session: Session, incoming: Incoming) -> str:
-    signed = service.sign_up(session, chat_id=incoming.chat_id, name=incoming.first_name)
+    # A name is shown in every greeting; Telegram's are at most 64 characters.
+    name = shorten(incoming.first_name, 64).strip()
+    signed = service.sign_up(session, chat_id=incoming.chat_id, name=name)
     name = html.escape(signed.user.name, quote=False)
     if signed.state == "new":
         return (
@@ -173,7 +209,7 @@ def _add(session: Session, incoming: Incoming, user: User, words: list[str]) -> 
     try:
         title, due = parse_title_and_when(words, user.time_zone, now)
     except InvalidInput as err:
-        return f"Tushunmadim: {html.escape(str(err), quote=False)}.\nMasalan: {EXAMPLES}"
+        return f"Tushunmadim: {_echo(str(err), _ERROR_LIMIT)}.\nMasalan: {EXAMPLES}"
     if len(title) > _TITLE_LIMIT:
         return f"Vazifa nomi juda uzun ({len(title)} belgi, ko'pi bilan {_TITLE_LIMIT})."
     # At the due time, and an hour before when that is still ahead.
@@ -195,19 +231,29 @@ def _list(session: Session, incoming: Incoming, user: User, words: list[str]) ->
     if not tasks:
         return "Ochiq vazifalar yo'q. Qo'shish: /add Non 30m"
     lines = [f"#{t.id}  {_local(t.due, user.time_zone)}  {_b(t.title)}" for t in tasks]
-    more = len(lines) - _LIST_LIMIT
-    shown = lines[:_LIST_LIMIT] + ([f"… va yana {more} ta"] if more > 0 else [])
+    room = TELEGRAM_TEXT_LIMIT - 200  # the heading, the "va yana" line and the footer
+    shown: list[str] = []
+    for line in lines[:_LIST_LIMIT]:
+        room -= html_length(line) + 1
+        if room < 0:
+            break
+        shown.append(line)
+    more = len(lines) - len(shown)
+    shown += [f"… va yana {more} ta"] if more > 0 else []
     return "Ochiq vazifalar:\n" + "\n".join(shown) + "\n\nBajarildi: /done N, o'chirish: /delete N"
 
 
 def _own_task(session: Session, user: User, words: list[str], command: str) -> Task | str:
     """The task named by ``/done N`` or ``/delete N``, or the answer that explains the mistake."""
-    if len(words) != 1 or not words[0].lstrip("#").isdigit():
+    number = words[0].removeprefix("#") if len(words) == 1 else ""
+    if not (number.isascii() and number.isdigit()):  # isdigit() alone takes '²' and '٣'
         return f"Qaysi vazifa? Raqamini yozing, masalan: {command} 12 (raqamlar: /list)"
-    task_id = int(words[0].lstrip("#"))
-    task = session.get(Task, task_id) if 0 < task_id < 2**63 else None
+    # More than 19 digits cannot name a row (ids are bigint) and need no conversion.
+    task_id = int(number) if len(number) <= 19 else 0
+    task = session.get(Task, task_id) if 1 <= task_id <= BIGINT_MAX else None
     if task is None or task.user_id != user.id:
-        return f"#{task_id} raqamli vazifangiz yo'q. Ro'yxat: /list"
+        shown = str(task_id) if task_id else _echo(number)
+        return f"#{shown} raqamli vazifangiz yo'q. Ro'yxat: /list"
     return task
 
 
@@ -236,7 +282,7 @@ def _tz(session: Session, incoming: Incoming, user: User, words: list[str]) -> s
     try:
         _, rewritten = service.set_time_zone(session, user.id, words[0])
     except InvalidInput:
-        shown = html.escape(words[0], quote=False)
+        shown = _echo(words[0])
         return f"{shown} degan vaqt zonasi yo'q. Masalan: /tz Asia/Tashkent yoki /tz Europe/Berlin"
     return f"Vaqt zonasi: {user.time_zone}. Kutilayotgan eslatmalar yangilandi: {rewritten} ta."
 

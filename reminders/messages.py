@@ -4,32 +4,46 @@ from __future__ import annotations
 
 import html
 import os
+import re
+import unicodedata
 from datetime import datetime, timedelta
 from typing import Any, Literal, NotRequired, TypedDict
 from zoneinfo import ZoneInfo
 
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import InvalidInput
+from reminders.parsing import BIGINT_MAX
 
 __all__ = [
+    "CALLBACK_ANSWER_LIMIT",
     "DEFAULT_SNOOZE",
+    "ECHO_LIMIT",
     "ENV_SNOOZE",
     "TELEGRAM_TEXT_LIMIT",
     "ReminderPayload",
     "done_data",
     "duration_words",
+    "fit_html",
     "format_time_left",
+    "html_length",
     "parse_button",
+    "printable",
     "reminder_keyboard",
     "reminder_payload",
     "reminder_text",
+    "shorten",
     "snooze_choices",
     "snooze_data",
     "telegram_length",
 ]
 
-# sendMessage accepts 1-4096 characters of text.
+# sendMessage and editMessageText accept 1-4096 characters of text (after entity parsing),
+# answerCallbackQuery 0-200.
 TELEGRAM_TEXT_LIMIT = 4096
+CALLBACK_ANSWER_LIMIT = 200
+# A word of the person's shown back to them (an unknown command, a zone that does not exist):
+# enough to recognise it, and short enough that the example after it always fits.
+ECHO_LIMIT = 64
 ELLIPSIS = "…"
 
 
@@ -49,6 +63,9 @@ ENV_SNOOZE = "REMINDERS_SNOOZE"
 DEFAULT_SNOOZE = "10m,1h"
 _MAX_SNOOZE = timedelta(days=7)
 DONE_BUTTON = "✅ Bajarildi"
+# 19 digits hold any bigint; more cannot name a task, and int() of them is not needed.
+_DONE_DATA = re.compile(r"done:([0-9]{1,19})")
+_SNOOZE_DATA = re.compile(r"snooze:([0-9]{1,19}):([0-9]{1,7})")
 SNOOZE_BUTTON = "⏰ Keyinroq"
 
 
@@ -77,20 +94,20 @@ def snooze_data(task_id: int, delay: timedelta) -> str:
 def parse_button(data: str) -> tuple[str, int, timedelta] | None:
     """``(action, task id, delay)`` from a button's data; None if it is not one of ours.
 
-    A client can send any callback data, so nothing here is trusted beyond its shape.
+    A client can send any callback data, so nothing here is trusted beyond its shape: ASCII
+    digits only, an id within bigint, a delay within the snooze bounds.
     """
-    parts = data.split(":")
-    try:
-        numbers = [int(part) for part in parts[1:]]
-    except ValueError:
+    if (done := _DONE_DATA.fullmatch(data)) is not None:
+        task_id, seconds = int(done.group(1)), 0
+    elif (snooze := _SNOOZE_DATA.fullmatch(data)) is not None:
+        task_id, seconds = int(snooze.group(1)), int(snooze.group(2))
+        if not 1 <= seconds <= _MAX_SNOOZE.total_seconds():
+            return None
+    else:
         return None
-    if parts[0] == "done" and len(numbers) == 1 and numbers[0] > 0:
-        return "done", numbers[0], timedelta(0)
-    if parts[0] == "snooze" and len(numbers) == 2 and numbers[0] > 0:
-        delay = timedelta(seconds=numbers[1])
-        if timedelta(seconds=1) <= delay <= _MAX_SNOOZE:
-            return "snooze", numbers[0], delay
-    return None
+    if not 1 <= task_id <= BIGINT_MAX:
+        return None
+    return ("done" if done else "snooze"), task_id, timedelta(seconds=seconds)
 
 
 def reminder_keyboard(task_id: int) -> dict[str, Any]:
@@ -165,6 +182,79 @@ def _fit_escaped(title: str, budget: int) -> str:
             break
         kept.append(piece)
     return "".join(kept).rstrip() + ELLIPSIS
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters (NUL among them, which PostgreSQL cannot store) and
+    lone surrogates replaced by U+FFFD; line breaks and tabs stay."""
+    return "".join(
+        "\ufffd" if unicodedata.category(c) in ("Cc", "Cs") and c not in "\n\t" else c for c in text
+    )
+
+
+def shorten(text: str, limit: int = ECHO_LIMIT) -> str:
+    """Plain ``text`` made printable and cut with an ellipsis to at most ``limit`` units.
+
+    Every echo of a person's input goes through here (and is HTML-escaped afterwards), as does
+    every callback answer (``CALLBACK_ANSWER_LIMIT``).
+    """
+    text = printable(text)
+    if telegram_length(text) <= limit:
+        return text
+    room = limit - telegram_length(ELLIPSIS)
+    kept: list[str] = []
+    for char in text:
+        room -= telegram_length(char)
+        if room < 0:
+            break
+        kept.append(char)
+    return "".join(kept).rstrip() + ELLIPSIS
+
+
+_HTML_PIECE = re.compile(r"<(/?)([A-Za-z][A-Za-z0-9-]*)[^<>]*>|&#?[0-9A-Za-z]{1,8};|.", re.DOTALL)
+
+
+def _html_pieces(text: str) -> list[tuple[str, str, int]]:
+    """``text`` as (piece, tag name or "", closing or not: 1/0); a piece is a tag, an entity
+    or one character."""
+    return [
+        (m.group(), (m.group(2) or "").lower(), int(m.group(1) == "/"))
+        for m in _HTML_PIECE.finditer(text)
+    ]
+
+
+def _piece_length(piece: str, tag: str) -> int:
+    return 0 if tag else telegram_length(html.unescape(piece))
+
+
+def html_length(text: str) -> int:
+    """The length of Telegram-style HTML as Telegram limits it: of the text after entity
+    parsing (tags count nothing, ``&amp;`` one), in UTF-16 units."""
+    return sum(_piece_length(piece, tag) for piece, tag, _ in _html_pieces(text))
+
+
+def fit_html(text: str, limit: int = TELEGRAM_TEXT_LIMIT) -> str:
+    """Telegram-style HTML made printable and cut to at most ``limit`` units (``html_length``)
+    with an ellipsis; a cut never falls inside a tag or an entity, and the tags open at the cut
+    are closed. Every reply and every edit of the bot goes through here.
+    """
+    text = printable(text)
+    if html_length(text) <= limit:
+        return text
+    room = limit - telegram_length(ELLIPSIS)
+    kept: list[str] = []
+    open_tags: list[str] = []
+    for piece, tag, closing in _html_pieces(text):
+        size = _piece_length(piece, tag)
+        if size > room:
+            break
+        room -= size
+        kept.append(piece)
+        if tag and closing and open_tags and open_tags[-1] == tag:
+            open_tags.pop()
+        elif tag and not closing:
+            open_tags.append(tag)
+    return "".join(kept) + ELLIPSIS + "".join(f"</{tag}>" for tag in reversed(open_tags))
 
 
 def reminder_text(

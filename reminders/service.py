@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import sqlalchemy as sa
@@ -20,6 +20,7 @@ import outbox
 from outbox.errors import InvalidInput, NotFound
 from reminders.messages import ReminderPayload, reminder_payload
 from reminders.models import DEFAULT_TIME_ZONE, Task, User
+from reminders.parsing import BIGINT_MAX
 
 __all__ = [
     "DEFAULT_REMIND_BEFORE",
@@ -49,7 +50,9 @@ __all__ = [
 
 DEFAULT_REMIND_BEFORE: tuple[timedelta, ...] = (timedelta(hours=1),)
 
-_BIGINT_MAX = 2**63 - 1
+# Dues a day inside datetime's range: shown in any time zone, they stay within it.
+_EARLIEST_DUE = datetime(1, 1, 2, tzinfo=UTC)
+_LATEST_DUE = datetime(9999, 12, 30, tzinfo=UTC)
 _INTEGER_MAX = 2**31 - 1  # eslatma_oldin is integer[]
 # Names the zone database accepts that do not name a place: the host's own zone and a stub.
 _NOT_PLACES = frozenset({"localtime", "posixrules", "Factory"})
@@ -117,7 +120,7 @@ def snooze_key(task_id: int, snooze: int) -> str:
 def _check_id(what: str, value: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"{what} id must be a whole number, got {value!r}")
-    if not 1 <= value <= _BIGINT_MAX:
+    if not 1 <= value <= BIGINT_MAX:
         raise NotFound(f"{what} {value} does not exist")
     return value
 
@@ -125,6 +128,8 @@ def _check_id(what: str, value: int) -> int:
 def _check_text(what: str, value: str) -> str:
     if not isinstance(value, str) or not value.strip():
         raise InvalidInput(f"the {what} is empty")
+    if "\x00" in value:  # PostgreSQL's text cannot hold it
+        raise InvalidInput(f"the {what} contains a NUL character")
     return value.strip()
 
 
@@ -148,6 +153,12 @@ def _check_due(due: datetime) -> datetime:
         raise InvalidInput(
             f"the due time {due.isoformat(sep=' ')} has no time zone: pass an aware datetime"
         )
+    try:
+        in_range = _EARLIEST_DUE <= due <= _LATEST_DUE
+    except OverflowError:
+        in_range = False
+    if not in_range:
+        raise InvalidInput(f"the due time {due.isoformat(sep=' ')} is out of range")
     return due
 
 
@@ -296,7 +307,7 @@ def create_user(session: Session, *, name: str, chat_id: int, tz: str = DEFAULT_
     name = _check_text("user's name", name)
     if isinstance(chat_id, bool) or not isinstance(chat_id, int):
         raise InvalidInput(f"the chat id must be a whole number, got {chat_id!r}")
-    if not -_BIGINT_MAX <= chat_id <= _BIGINT_MAX:
+    if not -BIGINT_MAX <= chat_id <= BIGINT_MAX:
         raise InvalidInput(f"the chat id {chat_id} is out of range")
     user = User(name=name, chat_id=chat_id, time_zone=validate_time_zone(tz))
     session.add(user)

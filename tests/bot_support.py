@@ -9,9 +9,17 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 from outbox.fake_telegram import Delivered, FakeTelegram
+from outbox.fake_telegram.checks import MAX_TEXT_LENGTH, parse_html
 from tests.support import wait_until
 
-__all__ = ["BotProcess", "Person", "bot_processes"]
+__all__ = ["BotProcess", "Person", "bot_processes", "telegram_accepts"]
+
+
+def telegram_accepts(html_text: str) -> bool:
+    """Whether Telegram would take ``html_text`` as a message (parse mode HTML), by the fake's
+    own checks."""
+    plain, problem = parse_html(html_text)
+    return problem is None and len(plain.strip()) > 0 and len(plain) <= MAX_TEXT_LENGTH
 
 
 class BotProcess:

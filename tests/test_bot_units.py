@@ -9,8 +9,22 @@ import pytest
 
 from outbox.errors import InvalidInput
 from outbox.payload import MalformedPayload, send_message_args
-from reminders.messages import parse_button, reminder_keyboard, reminder_payload, snooze_choices
+from reminders.messages import (
+    CALLBACK_ANSWER_LIMIT,
+    ECHO_LIMIT,
+    TELEGRAM_TEXT_LIMIT,
+    fit_html,
+    html_length,
+    parse_button,
+    reminder_keyboard,
+    reminder_payload,
+    shorten,
+    snooze_choices,
+    telegram_length,
+)
+from reminders.parsing import parse_due, parse_id
 from reminders.when import parse_title_and_when
+from tests.bot_support import telegram_accepts
 
 TASHKENT = ZoneInfo("Asia/Tashkent")
 NOW = datetime(2026, 11, 30, 10, 0, tzinfo=TASHKENT)  # 05:00 UTC
@@ -55,11 +69,35 @@ def test_the_add_grammar(text: str, title: str, due: datetime) -> None:
         ("Hisobot 0m", "bu vaqt emas"),
         ("Hisobot 09:00", "o'tib ketdi"),
         ("Hisobot 2040-01-01 09:00", "besh yildan uzoq"),
+        ("Hisobot 0001-01-01 00:00", "o'tib ketdi"),
+        ("Hisobot 9999-12-31 23:59", "besh yildan uzoq"),
+        ("Hisobot " + "9999d" * 300, "besh yildan uzoq"),
+        ("Hisobot \u0663\u0660m", "vaqt emas"),  # Arabic-Indic digits
+        ("Hisobot \u0661\u0660:\u0660\u0660", "vaqt emas"),
+        ("Hiso\x00bot 30m", "ko'rinmas belgi"),
+        ("Hisobot " + "x" * 4000, "x…"),
     ],
 )
 def test_the_add_grammar_says_what_is_wrong(text: str, problem: str) -> None:
     with pytest.raises(InvalidInput, match=problem):
         _when(text)
+
+
+def test_the_end_of_time_west_of_utc_is_refused() -> None:
+    with pytest.raises(InvalidInput, match="besh yildan uzoq"):
+        _when("Hisobot 9999-12-31 23:59", tz="America/New_York")
+
+
+@pytest.mark.parametrize("text", ["0001-01-01 00:00", "9999-12-31T23:59-05:00"])
+def test_a_due_time_without_a_utc_value_is_refused(text: str) -> None:
+    with pytest.raises(InvalidInput, match="out of range"):
+        parse_due(text, "Asia/Tashkent")
+
+
+@pytest.mark.parametrize("text", ["²", "\u0663", "1_000", "99999999999999999999", "0", " "])
+def test_ids_are_ascii_digits_within_bigint(text: str) -> None:
+    with pytest.raises(InvalidInput):
+        parse_id("task", text)
 
 
 def test_a_wall_time_the_clocks_skip_is_refused() -> None:
@@ -84,8 +122,52 @@ def test_buttons_round_trip_and_strangers_are_refused(monkeypatch: pytest.Monkey
         "other:1",
         "",
         "done:1:2",
+        "done:99999999999999999999",
+        "done:9223372036854775808",
+        "snooze:99999999999999999999:600",
+        "snooze:1:99999999999999",
+        "snooze:1:604801",
+        "snooze:1:-600",
+        "done:\u00b2",
+        "done:\u0663",
+        "done: 1",
+        "done:+1",
     ):
         assert parse_button(forged) is None, forged
+    assert parse_button("done:9223372036854775807") == ("done", 2**63 - 1, timedelta(0))
+    assert parse_button("snooze:1:604800") == ("snooze", 1, timedelta(days=7))
+
+
+def test_shorten_cuts_with_an_ellipsis_and_hides_control_characters() -> None:
+    assert shorten("Europe/Berlin") == "Europe/Berlin"
+    cut = shorten("Z" * 4092)
+    assert cut == "Z" * (ECHO_LIMIT - 1) + "…"
+    assert telegram_length(shorten("😀" * 100)) <= ECHO_LIMIT
+    assert shorten("a\x00b") == "a\ufffdb"
+    assert len(shorten("x" * 500, CALLBACK_ANSWER_LIMIT)) == CALLBACK_ANSWER_LIMIT
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "<b>" + "&amp;" * 5000 + "</b>",
+        "Ochiq: <b>" + "é" * 4095 + "</b> oxiri",
+        "😀" * 3000,
+        "x" * 4096 + "y",
+        "<b>a</b>" * 5000,
+    ],
+)
+def test_fit_html_keeps_replies_within_telegram_limit(text: str) -> None:
+    fitted = fit_html(text)
+    assert telegram_accepts(fitted), fitted[-40:]
+    assert html_length(fitted) <= TELEGRAM_TEXT_LIMIT
+    assert fitted.endswith(("…", "…</b>"))
+
+
+def test_fit_html_leaves_a_reply_that_fits_as_it_is() -> None:
+    text = "<b>" + "&amp;" * 4000 + "</b>"  # 20,000 characters, 4,000 as Telegram counts them
+    assert fit_html(text) == text
+    assert fit_html("a\x00b") == "a\ufffdb"
 
 
 @pytest.mark.parametrize("value", ["", "0s", "8d", "1m,2m,3m,4m", "soon"])
