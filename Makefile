@@ -19,8 +19,8 @@ test: $(STAMP) lint typecheck
 	$(BIN)/pytest
 
 lint: $(STAMP)
-	$(BIN)/ruff check outbox reminders migrations tests bench examples
-	$(BIN)/ruff format --check outbox reminders migrations tests bench examples
+	$(BIN)/ruff check outbox outbox_testing reminders migrations tests bench examples
+	$(BIN)/ruff format --check outbox outbox_testing reminders migrations tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

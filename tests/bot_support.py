@@ -8,7 +8,7 @@ import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from outbox.fake_telegram import Delivered, FakeTelegram
+from outbox_testing.fake_telegram import Delivered, FakeTelegram
 from tests.support import wait_until
 
 __all__ = ["BotProcess", "Person", "bot_processes"]

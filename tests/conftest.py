@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from outbox.db import create_engine, normalize_url, with_database
 from outbox.embedded import embedded_url
-from outbox.fake_telegram import FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram
 from reminders.migrate import migrate_all
 
 if TYPE_CHECKING:

@@ -26,13 +26,13 @@ from sqlalchemy.orm import Session
 from outbox import queries
 from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
-from outbox.fake_telegram import FakeTelegram
 from outbox.ratelimit import RateLimiter, RateLimits
 from outbox.relay import Relay, RunSummary
 from outbox.relay.completer import Completer
 from outbox.relay.connection import Connection
 from outbox.relay.flood import FloodControl
 from outbox.telegram import TelegramSender
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
 
 __all__ = [

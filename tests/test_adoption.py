@@ -27,9 +27,9 @@ from alembic.script import ScriptDirectory
 import outbox
 from outbox import schema as outbox_schema
 from outbox.db import create_engine
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.migrate import include_object
 from outbox.schema import SCHEMA_REVISION
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
 from tests.support import Relays, relay_env
 
@@ -414,7 +414,7 @@ def test_the_runtime_import_graph_reaches_no_extra_no_demo_and_no_domain() -> No
     )
     modules = json.loads(done.stdout)
     assert "outbox.relay" in modules  # the probe imports what it claims to
-    forbidden = ("pgserver", "aiohttp", "reminders", "outbox.fake_telegram", "outbox.embedded")
+    forbidden = ("pgserver", "aiohttp", "reminders", "outbox_testing", "outbox.embedded")
     reached = [m for m in modules if m.split(".")[0] in forbidden or m in forbidden]
     assert reached == []
 

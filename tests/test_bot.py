@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from outbox.fake_telegram import Delivered, FakeTelegram, Fault
+from outbox_testing.fake_telegram import Delivered, FakeTelegram, Fault
 from reminders import service
 from tests.bot_support import BotProcess, Person, bot_processes
 from tests.support import Relays, free_port, relay_env, wait_until

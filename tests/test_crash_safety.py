@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from outbox import enqueue, migrate, queries
 from outbox.db import async_connect, create_engine
-from outbox.fake_telegram import FakeTelegram, Fault
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
 from tests.support import (
     Relays,

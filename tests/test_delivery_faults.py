@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.retry import RetryPolicy
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
 from tests.support import Relays, insert_raw, make_relay, row, states, wait_until
 

@@ -18,10 +18,10 @@ import sqlalchemy as sa
 
 from outbox import enqueue
 from outbox.classify import MAX_FLOOD_PAUSE
-from outbox.fake_telegram import FakeTelegram
 from outbox.queries import announce_pause, claim_due, queue_timing
 from outbox.schema import pause_channel
 from outbox.telegram import bot_id_of
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
 from tests.support import DEFAULT_LIMITS, Relays, relay_env, row, run_module, states, wait_until
 

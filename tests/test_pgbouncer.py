@@ -26,8 +26,8 @@ import sqlalchemy as sa
 from alembic.runtime.migration import MigrationContext
 
 from outbox import enqueue, migrate
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.telegram import bot_id_of
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests import pgbouncer
 from tests.conftest import TEST_TOKEN
 from tests.pgbouncer import PgBouncer

@@ -22,7 +22,7 @@ import sqlalchemy as sa
 
 from outbox import api, migrate, queries
 from outbox.db import async_connect, create_engine
-from outbox.fake_telegram import FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.support import Relays, enqueue_numbered, run_module, states, wait_until
 
 GOOD = 20

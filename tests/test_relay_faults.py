@@ -18,11 +18,11 @@ import sqlalchemy as sa
 from outbox import enqueue, migrate, queries
 from outbox.db import create_engine
 from outbox.errors import OutboxError
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.ratelimit import RateLimits
 from outbox.relay import RunSummary
 from outbox.relay.connection import DB_LOST, Connection
 from outbox.states import State
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEMPLATE, TEST_TOKEN
 from tests.support import (
     Relays,
