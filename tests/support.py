@@ -8,16 +8,18 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import sqlalchemy as sa
@@ -47,6 +49,7 @@ __all__ = [
     "eventually",
     "insert_raw",
     "make_relay",
+    "missing_tool",
     "outcome_writer",
     "relay_env",
     "row",
@@ -56,6 +59,19 @@ __all__ = [
     "states",
     "wait_until",
 ]
+
+
+# Set by CI (.ci/run), which installs Chromium and PgBouncer: a test whose tool is missing
+# fails there instead of skipping, so a broken install cannot leave CI green.
+REQUIRE_SYSTEM_TOOLS = "OUTBOX_REQUIRE_SYSTEM_TOOLS"
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """Skip the test, saying which system tool is missing and how to get it; where
+    ``OUTBOX_REQUIRE_SYSTEM_TOOLS=1`` fail instead."""
+    if os.environ.get(REQUIRE_SYSTEM_TOOLS, "") not in {"", "0"}:
+        pytest.fail(f"{reason}, and {REQUIRE_SYSTEM_TOOLS} is set", pytrace=False)
+    pytest.skip(reason)
 
 
 # Rate limits off: tests that are not about pacing need not wait for Telegram's limits.
@@ -321,10 +337,14 @@ class OwnPostgres:
 
     It uses the binaries of the pgserver wheel. Postgres refuses to run as root; as root the
     server runs as pgserver's system user ``pgserver`` (created by pgserver when missing), as
-    pgserver itself does.
+    pgserver itself does. Its folder is a temporary one of its own, not under pytest's: every
+    pytest session that starts (another worker's, another checkout's) makes pytest's folder
+    private to root again, and the server's user would lose its data folder mid-test.
     """
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self) -> None:
+        base = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
+        self.base = base
         self.bin = postgres_bin_dir()
         self.pgdata = base / "pgdata"
         self.logfile = base / "postgres.log"
@@ -370,6 +390,7 @@ class OwnPostgres:
     def close(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
 
     def _run(self, program: str, *args: str) -> None:
         try:
@@ -388,10 +409,11 @@ class OwnPostgres:
             raise
 
 
-def start_own_postgres(base: Path) -> OwnPostgres:
-    """A private PostgreSQL server, started (the test skips where one cannot be set up)."""
+def start_own_postgres() -> OwnPostgres:
+    """A private PostgreSQL server, started (the test skips where one cannot be set up); the
+    caller closes it."""
     try:
-        server = OwnPostgres(base)
+        server = OwnPostgres()
     except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
         pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
     server.start()

@@ -86,7 +86,7 @@ def test_a_database_restart_while_rows_wait_for_their_turn_reopens_few_connectio
     """Rows that wait for the rate limit check their claim when their turn comes: during an
     outage each of them needs the claim connection. After the restart the relay opens its few
     connections again, not one per waiting row."""
-    server = start_own_postgres(tmp_path / "pg")
+    server = start_own_postgres()
     engine = create_engine(server.url, pool_pre_ping=True)
     try:
         migrate.upgrade(server.url)
