@@ -31,6 +31,7 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
+from outbox import schema as outbox_schema
 from outbox.db import create_engine, normalize_url, with_database
 from outbox.embedded import embedded_url
 from outbox_testing.fake_telegram import FakeTelegram
@@ -73,7 +74,7 @@ def _code_names(code: types.CodeType) -> set[str]:
     return names
 
 
-def _functions_of(value: Any) -> Iterable[types.FunctionType]:
+def _functions_of(value: object) -> Iterable[types.FunctionType]:
     """The functions a test helper is made of: itself, or a class's methods and properties."""
     if isinstance(value, types.FunctionType):
         yield value
@@ -85,7 +86,8 @@ def _functions_of(value: Any) -> Iterable[types.FunctionType]:
                 else attribute
             )
             if isinstance(member, property):
-                yield from (f for f in (member.fget, member.fset) if f is not None)
+                accessors = (member.fget, member.fset)
+                yield from (f for f in accessors if isinstance(f, types.FunctionType))
             elif isinstance(member, types.FunctionType):
                 yield member
 
@@ -126,11 +128,27 @@ def _tier(item: pytest.Item) -> str:
     return "db" if fixtures & DB_FIXTURES else "unit"
 
 
+def _shares_a_module_fixture(item: pytest.Item) -> bool:
+    info = getattr(item, "_fixtureinfo", None)
+    defs = info.name2fixturedefs.values() if info is not None else ()
+    return any(d.scope == "module" for ds in defs for d in ds)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank: dict[str, int] = {}
     for item in items:
         tier = _tier(item)
         if item.get_closest_marker(tier) is None:
             item.add_marker(tier)
+        # Run in parallel (make check, make test: pytest-xdist with --dist loadgroup), the
+        # tests sharing a module fixture (the demo's two runs) stay on one worker, so it runs once.
+        if _shares_a_module_fixture(item):
+            module = getattr(item, "module", None)
+            item.add_marker(pytest.mark.xdist_group(getattr(module, "__name__", "module")))
+        slow = item.get_closest_marker("slow") is not None
+        rank[item.nodeid] = {"e2e": 0 if slow else 1, "db": 2}.get(tier, 3)
+    # The long tests first, so that in parallel no worker is left with one at the end.
+    items.sort(key=lambda item: rank[item.nodeid])
 
 
 @pytest.fixture(scope="session")
@@ -191,6 +209,14 @@ def engine(db_url: str) -> Iterator[sa.Engine]:
     eng = create_engine(db_url)
     yield eng
     eng.dispose()
+
+
+@pytest.fixture
+def schema_setting_restored(monkeypatch: pytest.MonkeyPatch) -> None:
+    """For tests of ``outbox.configure`` (and an in-process CLI's ``--schema``), which set a
+    process-wide value: unset before, restored after."""
+    monkeypatch.setattr(outbox_schema, "_configured", None)
+    monkeypatch.delenv("OUTBOX_SCHEMA", raising=False)
 
 
 @pytest.fixture

@@ -19,13 +19,14 @@ import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any, NoReturn
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from outbox import queries
+from outbox.cli import main as cli_main
 from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
 from outbox.ratelimit import RateLimiter, RateLimits
@@ -54,12 +55,16 @@ __all__ = [
     "relay_env",
     "row",
     "rows_and_markers",
+    "run_cli",
     "run_module",
     "start_own_postgres",
     "states",
+    "text",
     "wait_until",
 ]
 
+
+T = TypeVar("T")
 
 # Set by CI (.ci/run), which installs Chromium and PgBouncer: a test whose tool is missing
 # fails there instead of skipping, so a broken install cannot leave CI green.
@@ -163,6 +168,13 @@ def run_module(
     )
 
 
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``outbox argv...`` in this process: its exit code, stdout and stderr."""
+    code = cli_main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
 class RelayProcess:
     """``outbox relay`` in a process of its own; output goes to files (no pipe can fill up)."""
 
@@ -254,13 +266,13 @@ class Relays:
 
 
 def wait_until(
-    condition: Callable[[], Any],
+    condition: Callable[[], T | None],
     timeout: float,
     what: str,
     *,
     interval: float = 0.05,
     explain: Callable[[], str] | None = None,
-) -> Any:
+) -> T:
     """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
@@ -274,8 +286,8 @@ def wait_until(
 
 
 async def eventually(
-    condition: Callable[[], Any], timeout: float, what: str, *, interval: float = 0.02
-) -> Any:
+    condition: Callable[[], T | None], timeout: float, what: str, *, interval: float = 0.02
+) -> T:
     """``wait_until`` for a test that runs a relay in its own event loop: the condition (which
     may block, on the database say) runs in a thread, and the relay keeps running meanwhile."""
     deadline = time.monotonic() + timeout
@@ -304,15 +316,28 @@ def backends(engine: sa.Engine, where: str) -> list[str]:
         return list(found)
 
 
-def row(engine: sa.Engine, key: str) -> dict[str, Any]:
-    """One outbox row by key, with its sent marker's chat and message id (or None)."""
+def text(chat: int, n: int | None = None) -> dict[str, Any]:
+    """A plain message's payload to ``chat``; ``n`` tells apart several to one chat."""
+    return {"chat_id": chat, "text": f"eslatma {chat}" if n is None else f"eslatma {chat}/{n}"}
+
+
+def row(engine: sa.Engine, key: str, *, plain: bool = False) -> dict[str, Any]:
+    """One outbox row by key, with its sent marker's chat and message id (or None).
+
+    ``plain=True`` reads only the columns psycopg decodes whatever a row holds (id, holat,
+    urinish, oxirgi_xato): no payload nested too deeply, no timestamp at infinity.
+    """
+    columns = (
+        "o.id, o.holat, o.urinish, o.oxirgi_xato"
+        if plain
+        else "o.id, o.holat, o.urinish, o.payload, o.oxirgi_xato, o.tarix, o.keyingi_urinish, "
+        "o.yangilangan, y.chat_id AS marker_chat, y.message_id AS marker_message"
+    )
     with engine.begin() as conn:
         found = (
             conn.exec_driver_sql(
-                "SELECT o.id, o.holat, o.urinish, o.payload, o.oxirgi_xato, o.tarix, "
-                "o.keyingi_urinish, o.yangilangan, y.chat_id AS marker_chat, "
-                "y.message_id AS marker_message "
-                "FROM outbox o LEFT JOIN yuborilgan y USING (kalit) WHERE o.kalit = %(k)s",
+                f"SELECT {columns} FROM outbox o LEFT JOIN yuborilgan y USING (kalit) "
+                "WHERE o.kalit = %(k)s",
                 {"k": key},
             )
             .mappings()

@@ -25,7 +25,6 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import outbox
-from outbox import schema as outbox_schema
 from outbox.db import create_engine
 from outbox.migrate import include_object
 from outbox.schema import SCHEMA_REVISION
@@ -45,11 +44,8 @@ SCHEMA_SETTING = "--schema or OUTBOX_SCHEMA"
 OWN_TABLES = {"outbox", "yuborilgan", "bot_holati", "chat_navbati"}
 
 
-@pytest.fixture(autouse=True)
-def _schema_setting_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``outbox.configure`` (and an in-process CLI's ``--schema``) set a process-wide value."""
-    monkeypatch.setattr(outbox_schema, "_configured", None)
-    monkeypatch.delenv("OUTBOX_SCHEMA", raising=False)
+# outbox.configure (and an in-process CLI's --schema) set a process-wide value.
+pytestmark = pytest.mark.usefixtures("schema_setting_restored")
 
 
 class Host:

@@ -151,6 +151,7 @@ def test_reminder_buttons_snooze_then_done_each_pressed_twice(
     assert "Qo'shildi: #1 <b>Non</b>" in aziza.say("/add Non 1s")
     [first] = _wait_reminders(aziza, 1)
     assert "Eslatma: <b>Non</b>" in first.text
+    assert first.reply_markup is not None
     labels = [b["text"] for row in first.reply_markup["inline_keyboard"] for b in row]
     assert labels == ["✅ Bajarildi", "⏰ Keyinroq (2 soniya)", "⏰ Keyinroq (1 soat)"]
 

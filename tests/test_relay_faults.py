@@ -35,13 +35,9 @@ from tests.support import (
     row,
     start_own_postgres,
     states,
+    text,
     wait_until,
 )
-
-
-def text(chat: int) -> dict[str, Any]:
-    return {"chat_id": chat, "text": f"eslatma {chat}"}
-
 
 # --- 1. reconnect stampede ---------------------------------------------------------------------
 
