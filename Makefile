@@ -4,7 +4,11 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint typecheck bench bench-peers clean
+# Tests run in parallel (pytest-xdist), JOBS workers, each with a PostgreSQL server of its own.
+JOBS ?= auto
+PYTEST := $(BIN)/pytest -n $(JOBS) --dist loadgroup
+
+.PHONY: demo check test unit lint typecheck bench bench-peers clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,12 +19,22 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/reminders demo
 
+# The everyday loop: lint, types, the unit and database tiers.
+check: $(STAMP) lint typecheck
+	$(PYTEST) -m "unit or db"
+
+# The whole suite: lint, types, every tier (end-to-end too: processes, kill -9, Alembic,
+# PgBouncer, a browser). Before a push, and in CI.
 test: $(STAMP) lint typecheck
-	$(BIN)/pytest
+	$(PYTEST)
+
+# The tests that need no database, in seconds.
+unit: $(STAMP)
+	$(BIN)/pytest -m unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check outbox reminders migrations tests bench examples
-	$(BIN)/ruff format --check outbox reminders migrations tests bench examples
+	$(BIN)/ruff check outbox outbox_testing reminders migrations tests bench examples
+	$(BIN)/ruff format --check outbox outbox_testing reminders migrations tests bench examples
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

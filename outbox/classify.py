@@ -16,6 +16,7 @@ import httpx
 from telegram import error as tg
 
 from outbox.payload import MalformedPayload
+from outbox.ratelimit import MAX_FLOOD_PAUSE
 from outbox.redact import redact
 
 __all__ = ["MAX_FLOOD_PAUSE", "Failure", "FailureKind", "MalformedPayload", "classify"]
@@ -35,12 +36,6 @@ class Failure:
     retry_after: float = 0.0  # Telegram's flood-control wait, seconds
     maybe_delivered: bool = False  # the request may have reached Telegram (no answer came)
     new_chat_id: int | None = None
-
-
-# Telegram's retry_after is believed up to this many seconds (10 minutes): a larger one (a
-# garbled answer, a proxy's, or a long ban) pauses the bot for this long, then one request
-# asks again. The same cap bounds a pause read from the shared queue state.
-MAX_FLOOD_PAUSE = 600.0
 
 
 def _retry_after_seconds(err: tg.RetryAfter) -> float:

@@ -539,7 +539,7 @@ def _cmd_migrate(args: argparse.Namespace) -> int:
 
 def _cmd_fake_telegram(args: argparse.Namespace) -> int:
     try:
-        from outbox.fake_telegram import serve_forever  # noqa: PLC0415 - a development tool
+        from outbox_testing.fake_telegram import serve_forever  # noqa: PLC0415 - a development tool
     except ImportError as err:
         raise ConfigError(
             f"the fake Bot API needs the 'fake' extra ({err.name} is missing): "

@@ -23,7 +23,13 @@ import math
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-__all__ = ["Booking", "RateLimiter", "RateLimits"]
+__all__ = ["MAX_FLOOD_PAUSE", "Booking", "RateLimiter", "RateLimits"]
+
+# Telegram's retry_after is believed up to this many seconds (10 minutes): a larger one (a
+# garbled answer, a proxy's, or a long ban) pauses the bot for this long, then one request
+# asks again. The same cap bounds a pause read from the shared queue state. It lives here, with
+# the other limits, so that the queries (and so ``import outbox``) need no Telegram client.
+MAX_FLOOD_PAUSE = 600.0
 
 _PRUNE_AT = 10_000  # chats remembered before the idle ones are forgotten
 

@@ -22,10 +22,10 @@ from sqlalchemy.orm import Session
 from outbox.config import RelayConfig
 from outbox.db import create_engine, with_database
 from outbox.embedded import embedded_url
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.redact import configure_logging
 from outbox.relay import Relay
 from outbox.telegram import TelegramSender
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from reminders import service
 from reminders.demo_bot import run_conversation
 from reminders.migrate import migrate_all

@@ -17,9 +17,9 @@ from typing import Any, TypeVar
 
 from outbox.config import RelayConfig
 from outbox.db import create_engine
-from outbox.fake_telegram import Delivered, FakeTelegram
 from outbox.relay import Relay
 from outbox.telegram import TelegramSender
+from outbox_testing.fake_telegram import Delivered, FakeTelegram
 from reminders.bot import BotConfig, build_application
 from reminders.messages import ENV_SNOOZE
 

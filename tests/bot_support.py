@@ -8,8 +8,8 @@ import sys
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 
-from outbox.fake_telegram import Delivered, FakeTelegram
-from outbox.fake_telegram.checks import MAX_TEXT_LENGTH, parse_html
+from outbox_testing.fake_telegram import Delivered, FakeTelegram
+from outbox_testing.fake_telegram.checks import MAX_TEXT_LENGTH, parse_html
 from tests.support import wait_until
 
 __all__ = ["BotProcess", "Person", "bot_processes", "telegram_accepts"]
@@ -62,12 +62,13 @@ def bot_processes(
     try:
         for i in range(count):
             before = _polls(fake)
-            bots.append(BotProcess(env, log_dir, f"bot{i + 1}"))
-            wait_until(
-                lambda before=before: _polls(fake) > before or bots[-1].proc.poll() is not None,
-                30,
-                "the bot's first getUpdates",
-            )
+            bot = BotProcess(env, log_dir, f"bot{i + 1}")
+            bots.append(bot)
+
+            def polling(bot: BotProcess = bot, before: int = before) -> bool:
+                return _polls(fake) > before or bot.proc.poll() is not None
+
+            wait_until(polling, 30, "the bot's first getUpdates")
             assert bots[-1].proc.poll() is None, bots[-1].log
         yield bots
     finally:

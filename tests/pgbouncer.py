@@ -1,7 +1,8 @@
 """A private PgBouncer in transaction pooling mode in front of the test PostgreSQL.
 
 It uses the distribution's ``pgbouncer`` (``apt-get install pgbouncer``; ``.ci/run`` installs
-it). Where it is absent, ``require_pgbouncer`` skips the test and says so.
+it). Where it is absent, ``require_pgbouncer`` skips the test and says so (or fails it, under
+``OUTBOX_REQUIRE_SYSTEM_TOOLS``).
 """
 
 from __future__ import annotations
@@ -21,9 +22,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import psycopg
-import pytest
 
-from tests.support import free_port
+from tests.support import free_port, missing_tool
 
 __all__ = ["PgBouncer", "pgbouncer_binary", "require_pgbouncer"]
 
@@ -41,7 +41,7 @@ def pgbouncer_binary() -> str | None:
 def require_pgbouncer() -> str:
     binary = pgbouncer_binary()
     if binary is None:
-        pytest.skip(NOT_INSTALLED)
+        missing_tool(NOT_INSTALLED)
     return binary
 
 

@@ -8,31 +8,34 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn, TypeVar
 
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from outbox import queries
+from outbox.cli import main as cli_main
 from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
-from outbox.fake_telegram import FakeTelegram
 from outbox.ratelimit import RateLimiter, RateLimits
 from outbox.relay import Relay, RunSummary
 from outbox.relay.completer import Completer
 from outbox.relay.connection import Connection
 from outbox.relay.flood import FloodControl
 from outbox.telegram import TelegramSender
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
 
 __all__ = [
@@ -47,15 +50,33 @@ __all__ = [
     "eventually",
     "insert_raw",
     "make_relay",
+    "missing_tool",
     "outcome_writer",
     "relay_env",
     "row",
     "rows_and_markers",
+    "run_cli",
     "run_module",
     "start_own_postgres",
     "states",
+    "text",
     "wait_until",
 ]
+
+
+T = TypeVar("T")
+
+# Set by CI (.ci/run), which installs Chromium and PgBouncer: a test whose tool is missing
+# fails there instead of skipping, so a broken install cannot leave CI green.
+REQUIRE_SYSTEM_TOOLS = "OUTBOX_REQUIRE_SYSTEM_TOOLS"
+
+
+def missing_tool(reason: str) -> NoReturn:
+    """Skip the test, saying which system tool is missing and how to get it; where
+    ``OUTBOX_REQUIRE_SYSTEM_TOOLS=1`` fail instead."""
+    if os.environ.get(REQUIRE_SYSTEM_TOOLS, "") not in {"", "0"}:
+        pytest.fail(f"{reason}, and {REQUIRE_SYSTEM_TOOLS} is set", pytrace=False)
+    pytest.skip(reason)
 
 
 # Rate limits off: tests that are not about pacing need not wait for Telegram's limits.
@@ -145,6 +166,13 @@ def run_module(
         timeout=timeout,
         check=False,
     )
+
+
+def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    """``outbox argv...`` in this process: its exit code, stdout and stderr."""
+    code = cli_main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
 
 
 class RelayProcess:
@@ -238,13 +266,13 @@ class Relays:
 
 
 def wait_until(
-    condition: Callable[[], Any],
+    condition: Callable[[], T | None],
     timeout: float,
     what: str,
     *,
     interval: float = 0.05,
     explain: Callable[[], str] | None = None,
-) -> Any:
+) -> T:
     """Poll ``condition`` until it returns something truthy; fail with ``what`` on timeout."""
     deadline = time.monotonic() + timeout
     while True:
@@ -258,8 +286,8 @@ def wait_until(
 
 
 async def eventually(
-    condition: Callable[[], Any], timeout: float, what: str, *, interval: float = 0.02
-) -> Any:
+    condition: Callable[[], T | None], timeout: float, what: str, *, interval: float = 0.02
+) -> T:
     """``wait_until`` for a test that runs a relay in its own event loop: the condition (which
     may block, on the database say) runs in a thread, and the relay keeps running meanwhile."""
     deadline = time.monotonic() + timeout
@@ -288,15 +316,28 @@ def backends(engine: sa.Engine, where: str) -> list[str]:
         return list(found)
 
 
-def row(engine: sa.Engine, key: str) -> dict[str, Any]:
-    """One outbox row by key, with its sent marker's chat and message id (or None)."""
+def text(chat: int, n: int | None = None) -> dict[str, Any]:
+    """A plain message's payload to ``chat``; ``n`` tells apart several to one chat."""
+    return {"chat_id": chat, "text": f"eslatma {chat}" if n is None else f"eslatma {chat}/{n}"}
+
+
+def row(engine: sa.Engine, key: str, *, plain: bool = False) -> dict[str, Any]:
+    """One outbox row by key, with its sent marker's chat and message id (or None).
+
+    ``plain=True`` reads only the columns psycopg decodes whatever a row holds (id, holat,
+    urinish, oxirgi_xato): no payload nested too deeply, no timestamp at infinity.
+    """
+    columns = (
+        "o.id, o.holat, o.urinish, o.oxirgi_xato"
+        if plain
+        else "o.id, o.holat, o.urinish, o.payload, o.oxirgi_xato, o.tarix, o.keyingi_urinish, "
+        "o.yangilangan, y.chat_id AS marker_chat, y.message_id AS marker_message"
+    )
     with engine.begin() as conn:
         found = (
             conn.exec_driver_sql(
-                "SELECT o.id, o.holat, o.urinish, o.payload, o.oxirgi_xato, o.tarix, "
-                "o.keyingi_urinish, o.yangilangan, y.chat_id AS marker_chat, "
-                "y.message_id AS marker_message "
-                "FROM outbox o LEFT JOIN yuborilgan y USING (kalit) WHERE o.kalit = %(k)s",
+                f"SELECT {columns} FROM outbox o LEFT JOIN yuborilgan y USING (kalit) "
+                "WHERE o.kalit = %(k)s",
                 {"k": key},
             )
             .mappings()
@@ -321,10 +362,14 @@ class OwnPostgres:
 
     It uses the binaries of the pgserver wheel. Postgres refuses to run as root; as root the
     server runs as pgserver's system user ``pgserver`` (created by pgserver when missing), as
-    pgserver itself does.
+    pgserver itself does. Its folder is a temporary one of its own, not under pytest's: every
+    pytest session that starts (another worker's, another checkout's) makes pytest's folder
+    private to root again, and the server's user would lose its data folder mid-test.
     """
 
-    def __init__(self, base: Path) -> None:
+    def __init__(self) -> None:
+        base = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
+        self.base = base
         self.bin = postgres_bin_dir()
         self.pgdata = base / "pgdata"
         self.logfile = base / "postgres.log"
@@ -370,6 +415,7 @@ class OwnPostgres:
     def close(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
+        shutil.rmtree(self.base, ignore_errors=True)
 
     def _run(self, program: str, *args: str) -> None:
         try:
@@ -388,10 +434,11 @@ class OwnPostgres:
             raise
 
 
-def start_own_postgres(base: Path) -> OwnPostgres:
-    """A private PostgreSQL server, started (the test skips where one cannot be set up)."""
+def start_own_postgres() -> OwnPostgres:
+    """A private PostgreSQL server, started (the test skips where one cannot be set up); the
+    caller closes it."""
     try:
-        server = OwnPostgres(base)
+        server = OwnPostgres()
     except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
         pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
     server.start()

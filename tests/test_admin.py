@@ -69,13 +69,16 @@ def add_marker(engine: sa.Engine, key: str, *, message_id: int = 991, age: str =
         )
 
 
-def row(engine: sa.Engine, row_id: int) -> sa.Row[Any]:
+def row(engine: sa.Engine, row_id: int) -> tuple[Any, ...]:
+    """(holat, urinish, oxirgi_xato, tarix, due) of one row by id."""
     with engine.begin() as conn:
-        return conn.exec_driver_sql(
-            "SELECT holat, urinish, oxirgi_xato, tarix, keyingi_urinish <= now() AS due "
-            "FROM outbox WHERE id = %(id)s",
-            {"id": row_id},
-        ).one()
+        return tuple(
+            conn.exec_driver_sql(
+                "SELECT holat, urinish, oxirgi_xato, tarix, keyingi_urinish <= now() AS due "
+                "FROM outbox WHERE id = %(id)s",
+                {"id": row_id},
+            ).one()
+        )
 
 
 def markers(engine: sa.Engine) -> list[str]:

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from outbox.cli import main
-from outbox.fake_telegram import FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.support import eventually, make_relay, run_module
 from tests.test_admin import add, add_failed, add_marker, row, run
 

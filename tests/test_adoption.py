@@ -25,11 +25,10 @@ from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
 import outbox
-from outbox import schema as outbox_schema
 from outbox.db import create_engine
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.migrate import include_object
 from outbox.schema import SCHEMA_REVISION
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
 from tests.support import Relays, relay_env
 
@@ -45,11 +44,8 @@ SCHEMA_SETTING = "--schema or OUTBOX_SCHEMA"
 OWN_TABLES = {"outbox", "yuborilgan", "bot_holati", "chat_navbati"}
 
 
-@pytest.fixture(autouse=True)
-def _schema_setting_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``outbox.configure`` (and an in-process CLI's ``--schema``) set a process-wide value."""
-    monkeypatch.setattr(outbox_schema, "_configured", None)
-    monkeypatch.delenv("OUTBOX_SCHEMA", raising=False)
+# outbox.configure (and an in-process CLI's --schema) set a process-wide value.
+pytestmark = pytest.mark.usefixtures("schema_setting_restored")
 
 
 class Host:
@@ -414,7 +410,7 @@ def test_the_runtime_import_graph_reaches_no_extra_no_demo_and_no_domain() -> No
     )
     modules = json.loads(done.stdout)
     assert "outbox.relay" in modules  # the probe imports what it claims to
-    forbidden = ("pgserver", "aiohttp", "reminders", "outbox.fake_telegram", "outbox.embedded")
+    forbidden = ("pgserver", "aiohttp", "reminders", "outbox_testing", "outbox.embedded")
     reached = [m for m in modules if m.split(".")[0] in forbidden or m in forbidden]
     assert reached == []
 

@@ -4,6 +4,7 @@ functions from Python, and the commands' answers to a missing or secret-bearing 
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import signal
 import subprocess
@@ -21,7 +22,6 @@ from sqlalchemy.orm import Session
 
 import outbox
 from outbox import migrate
-from outbox import schema as outbox_schema
 from outbox.cli import main as outbox_main
 from outbox.db import create_engine
 from outbox.errors import InvalidPayload
@@ -33,11 +33,8 @@ T = TypeVar("T")
 AsyncAppConn = AsyncSession | AsyncConnection
 
 
-@pytest.fixture(autouse=True)
-def _schema_setting_restored(monkeypatch: pytest.MonkeyPatch) -> None:
-    """``outbox.configure`` (and the CLI's ``--schema``) set a process-wide value."""
-    monkeypatch.setattr(outbox_schema, "_configured", None)
-    monkeypatch.delenv("OUTBOX_SCHEMA", raising=False)
+# outbox.configure (and an in-process CLI's --schema) set a process-wide value.
+pytestmark = pytest.mark.usefixtures("schema_setting_restored")
 
 
 def _run_async(url: str, driver: str, kind: str, work: Callable[[AsyncAppConn], Awaitable[T]]) -> T:
@@ -124,7 +121,7 @@ def test_async_enqueue_cancel_and_update_in_the_callers_transaction(
     assert rows["b"][1] == later
 
 
-BAD_PAYLOADS = [
+BAD_PAYLOADS: list[tuple[Any, str]] = [
     ({"chat_id": "abc", "text": "salom"}, "chat_id 'abc'"),
     ({"chat_id": True, "text": "salom"}, "chat_id"),
     ({"text": "salom"}, "chat_id"),
@@ -153,8 +150,8 @@ def test_every_bad_payload_is_refused_at_enqueue_and_update_naming_the_field(
     with Session(engine) if kind == "session" else engine.connect() as conn, conn.begin():
         outbox.enqueue(conn, key="kept", payload=GOOD)
         for n, (payload, field) in enumerate(BAD_PAYLOADS):
-            _refused(lambda p=payload, n=n: outbox.enqueue(conn, key=f"bad{n}", payload=p), field)
-            _refused(lambda p=payload: outbox.update_pending(conn, "kept", p), field)
+            _refused(functools.partial(outbox.enqueue, conn, key=f"bad{n}", payload=payload), field)
+            _refused(functools.partial(outbox.update_pending, conn, "kept", payload), field)
     with engine.begin() as conn:
         [(key, payload)] = conn.execute(sa.text("SELECT kalit, payload FROM outbox")).all()
     assert (key, payload) == ("kept", GOOD)

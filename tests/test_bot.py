@@ -10,7 +10,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from outbox.fake_telegram import Delivered, FakeTelegram, Fault
+from outbox_testing.fake_telegram import Delivered, FakeTelegram, Fault
 from reminders import service
 from tests.bot_support import BotProcess, Person, bot_processes
 from tests.support import Relays, free_port, relay_env, wait_until
@@ -151,6 +151,7 @@ def test_reminder_buttons_snooze_then_done_each_pressed_twice(
     assert "Qo'shildi: #1 <b>Non</b>" in aziza.say("/add Non 1s")
     [first] = _wait_reminders(aziza, 1)
     assert "Eslatma: <b>Non</b>" in first.text
+    assert first.reply_markup is not None
     labels = [b["text"] for row in first.reply_markup["inline_keyboard"] for b in row]
     assert labels == ["✅ Bajarildi", "⏰ Keyinroq (2 soniya)", "⏰ Keyinroq (1 soat)"]
 

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from outbox.fake_telegram import FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.bot_support import BotProcess, Person, bot_processes, telegram_accepts
 from tests.support import Relays, relay_env, wait_until
 

@@ -19,7 +19,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from telegram import Update
 
-from outbox.fake_telegram import FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram
 from outbox.telegram import bot_id_of
 from reminders.bot import BotConfig, build_application
 from reminders.messages import CALLBACK_ANSWER_LIMIT

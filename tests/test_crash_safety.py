@@ -17,7 +17,7 @@ import sqlalchemy as sa
 
 from outbox import enqueue, migrate, queries
 from outbox.db import async_connect, create_engine
-from outbox.fake_telegram import FakeTelegram, Fault
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
 from tests.support import (
     Relays,
@@ -175,7 +175,7 @@ def test_a_relay_hung_past_its_lease_is_reaped_and_its_late_result_discarded(
 def test_relay_rides_out_a_postgres_restart_by_itself(
     fake_telegram: FakeTelegram, tmp_path: Path
 ) -> None:
-    server = start_own_postgres(tmp_path / "pg")
+    server = start_own_postgres()
     engine = create_engine(server.url, pool_pre_ping=True)
     try:
         migrate.upgrade(server.url)

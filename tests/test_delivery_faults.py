@@ -16,10 +16,10 @@ import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.retry import RetryPolicy
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
-from tests.support import Relays, insert_raw, make_relay, row, states, wait_until
+from tests.support import Relays, insert_raw, make_relay, row, states, text, wait_until
 
 BASE = 0.25  # backoff base for the matrix: attempts wait 0.25 s, then 0.5 s
 # Scheduling slack: the fake records a request when it arrives and the database's clock decides
@@ -52,10 +52,6 @@ class Case:
     delivered: int = 0  # messages the fake accepted for the row's chat
     min_gaps: list[float] = field(default_factory=list)  # between consecutive requests
     reaches_telegram: bool = True  # False: refused before any request
-
-
-def text(chat: int) -> dict[str, Any]:
-    return {"chat_id": chat, "text": f"eslatma {chat}"}
 
 
 CASES = [

@@ -16,7 +16,7 @@ import pytest
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram.error import BadRequest, Conflict
 
-from outbox.fake_telegram import FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
 
 

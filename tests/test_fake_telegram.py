@@ -17,7 +17,7 @@ import telegram
 from telegram import error
 from telegram.request import HTTPXRequest
 
-from outbox.fake_telegram import FakeTelegram, Fault, parse_html, serve_forever
+from outbox_testing.fake_telegram import FakeTelegram, Fault, parse_html, serve_forever
 
 TOKEN = "123456:TEST-token_for-fake"
 CHAT = 4242

@@ -18,18 +18,23 @@ import sqlalchemy as sa
 
 from outbox import enqueue
 from outbox.classify import MAX_FLOOD_PAUSE
-from outbox.fake_telegram import FakeTelegram
 from outbox.queries import announce_pause, claim_due, queue_timing
 from outbox.schema import pause_channel
 from outbox.telegram import bot_id_of
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
-from tests.support import DEFAULT_LIMITS, Relays, relay_env, row, run_module, states, wait_until
+from tests.support import (
+    DEFAULT_LIMITS,
+    Relays,
+    relay_env,
+    row,
+    run_module,
+    states,
+    text,
+    wait_until,
+)
 
 BOT = bot_id_of(TEST_TOKEN)  # the key of the test bot's shared limits and pause
-
-
-def text(chat: int, n: int = 0) -> dict[str, object]:
-    return {"chat_id": chat, "text": f"eslatma {chat}/{n}"}
 
 
 @pytest.fixture
@@ -64,7 +69,7 @@ def test_three_relays_keep_the_bots_limits_together(
     texts = collections.Counter(d.text for d in strict_fake.delivered)
     assert len(texts) == expected and set(texts.values()) == {1}, "a message sent twice"
     refused = [(r.chat_id, round(r.at, 3)) for r in strict_fake.requests if r.status == 429]
-    sends = {}
+    sends: dict[int | None, list[float]] = {}
     for r in strict_fake.requests:
         sends.setdefault(r.chat_id, []).append(round(r.at, 3))
     detail = [(c, sends[c]) for c, _ in refused]

@@ -14,8 +14,8 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.redact import JsonFormatter
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEST_TOKEN
 from tests.support import enqueue_numbered, free_port, relay_env, run_module, states, wait_until
 

@@ -9,7 +9,7 @@ import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue
-from outbox.fake_telegram import FakeTelegram, Fault
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import Relays, free_port, states, wait_until
 
 

@@ -15,15 +15,14 @@ import signal
 import subprocess
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
 
 import pytest
 import sqlalchemy as sa
 
 from outbox import api, migrate, queries
 from outbox.db import async_connect, create_engine
-from outbox.fake_telegram import FakeTelegram
-from tests.support import Relays, enqueue_numbered, run_module, states, wait_until
+from outbox_testing.fake_telegram import FakeTelegram
+from tests.support import Relays, enqueue_numbered, row, run_cli, run_module, states, wait_until
 
 GOOD = 20
 FIRST_CHAT = 1000
@@ -53,15 +52,6 @@ def drop_row_limits(engine: sa.Engine) -> None:
 def execute(engine: sa.Engine, statement: str) -> None:
     with engine.begin() as conn:
         conn.exec_driver_sql(statement)
-
-
-def row(engine: sa.Engine, key: str) -> dict[str, Any]:
-    """One row's state by key, without its payload (psycopg cannot decode a deep one)."""
-    with engine.begin() as conn:
-        found = conn.exec_driver_sql(
-            "SELECT id, holat, urinish, oxirgi_xato FROM outbox WHERE kalit = %(k)s", {"k": key}
-        )
-        return dict(found.mappings().one())
 
 
 def outbox_cli(db_url: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -164,7 +154,7 @@ def test_a_bad_row_beside_good_rows(
 
     def settled() -> bool:
         good = states(engine)["bajarildi"] - (1 if bad.state == "bajarildi" else 0)
-        return good == GOOD and row(engine, "bad")["holat"] == bad.state
+        return good == GOOD and row(engine, "bad", plain=True)["holat"] == bad.state
 
     wait_until(
         settled, 30, f"the good rows delivered and the bad row {bad.state}", explain=relay.describe
@@ -177,7 +167,7 @@ def test_a_bad_row_beside_good_rows(
         r for r in fake_telegram.requests if r.chat_id is not None and r.chat_id < FIRST_CHAT
     ]
     assert len(bad_sends) == bad.sent
-    found = row(engine, "bad")
+    found = row(engine, "bad", plain=True)
     if bad.error is not None:
         assert bad.error in found["oxirgi_xato"]
     # Idle now, with the bad row still there: the relay lives on, and a drain ends cleanly.
@@ -221,8 +211,14 @@ def test_the_table_refuses_rows_no_relay_could_deliver(engine: sa.Engine) -> Non
 
 
 def test_status_counts_rows_stuck_in_any_way_and_show_prints_any_row(
-    engine: sa.Engine, db_url: str
+    engine: sa.Engine,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
+    # The commands run in this process (fifteen of them: a process each took seconds); an
+    # exception escaping one fails the test as a traceback would.
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", db_url)
     drop_row_limits(engine)
     execute(engine, _INSERT.format(payload='{"deep": ' + DEEP + "}"))
     execute(
@@ -236,23 +232,24 @@ def test_status_counts_rows_stuck_in_any_way_and_show_prints_any_row(
         status = api.queue_status(conn, lease_seconds=300)
     assert (status.stuck, status.stuck_claims, status.never_due) == (3, 2, 1)
 
-    result = outbox_cli(db_url, "status", "--json")
-    assert result.returncode == 8, result.stderr
-    report = json.loads(result.stdout)
+    code, out, err = run_cli(capsys, "status", "--json")
+    assert code == 8, err
+    report = json.loads(out)
     assert (report["stuck"], report["stuck_claims"], report["never_due"]) == (3, 2, 1)
-    assert "2 claims are older than the 5m lease or have no claim time" in result.stderr
-    assert "1 pending rows are due at infinity" in result.stderr
+    assert "2 claims are older than the 5m lease or have no claim time" in err
+    assert "1 pending rows are due at infinity" in err
 
     for key in ("bad", "never", "unclaimed"):
-        row_id = str(row(engine, key)["id"])
+        row_id = str(row(engine, key, plain=True)["id"])
         for argv in (("show", row_id), ("show", row_id, "--json"), ("list",), ("list", "--json")):
-            shown = outbox_cli(db_url, *argv)
-            assert shown.returncode == 0, (argv, shown.stderr)
-            assert "Traceback" not in shown.stderr
-    shown = outbox_cli(db_url, "show", str(row(engine, "bad")["id"]))
-    assert "unreadable: payload is nested too deeply to decode" in shown.stdout
-    as_json = outbox_cli(db_url, "show", str(row(engine, "bad")["id"]), "--json")
-    assert json.loads(as_json.stdout)["payload"].startswith('{"deep": [[[')
+            code, _, err = run_cli(capsys, *argv)
+            assert code == 0, (argv, err)
+            assert "Traceback" not in err
+    bad_id = str(row(engine, "bad", plain=True)["id"])
+    _, out, _ = run_cli(capsys, "show", bad_id)
+    assert "unreadable: payload is nested too deeply to decode" in out
+    _, out, _ = run_cli(capsys, "show", bad_id, "--json")
+    assert json.loads(out)["payload"].startswith('{"deep": [[[')
 
 
 def test_the_migration_fails_offending_rows_with_the_reason_and_loses_none(
@@ -367,11 +364,11 @@ def test_a_row_that_kills_every_relay_dies_alone_and_its_batch_is_delivered(
         return counts["bajarildi"] + counts["xato"] == good + 1
 
     wait_until(settled, 90, "every row to be done or failed", explain=relays.describe)
-    poison = row(engine, "r4")
+    poison = row(engine, "r4", plain=True)
     assert poison["holat"] == "xato", relays.describe()
     assert "all attempts are used up" in poison["oxirgi_xato"]
     for i in (*range(4), *range(5, good + 1)):
-        found = row(engine, f"r{i}")
+        found = row(engine, f"r{i}", plain=True)
         assert found["holat"] == "bajarildi", (i, found, relays.describe())
         # The batch's death was not counted against it: one claim, the one that sent it.
         assert found["urinish"] == 1, (i, found)
@@ -414,11 +411,14 @@ def test_an_expired_claim_counts_only_for_a_row_its_relay_held_alone(
 
     assert asyncio.run(reap()) == {"kutmoqda": 4, "xato": 1}
     for key in "abc":
-        found = row(engine, key)
+        found = row(engine, key, plain=True)
         assert (found["holat"], found["urinish"]) == ("kutmoqda", 1), key
         assert "while its relay held 3 rows" in found["oxirgi_xato"]
-    assert (row(engine, "d")["holat"], row(engine, "d")["urinish"]) == ("kutmoqda", 2)
-    assert row(engine, "e")["holat"] == "xato"
+    assert (
+        row(engine, "d", plain=True)["holat"],
+        row(engine, "d", plain=True)["urinish"],
+    ) == ("kutmoqda", 2)
+    assert row(engine, "e", plain=True)["holat"] == "xato"
     with engine.begin() as conn:
         alone = conn.exec_driver_sql("SELECT count(*) FROM outbox WHERE yakka").scalar_one()
     assert alone == 5

@@ -10,9 +10,9 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 
 from outbox import State, enqueue
-from outbox.fake_telegram import FakeTelegram
 from outbox.ratelimit import RateLimits
 from outbox.relay import RunSummary
+from outbox_testing.fake_telegram import FakeTelegram
 from tests.support import (
     add_rows_for_retention,
     backends,
@@ -204,7 +204,7 @@ def test_row_cancelled_while_waiting_for_a_send_slot_is_not_sent(
     engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
 ) -> None:
     from outbox import cancel
-    from outbox.fake_telegram import Fault
+    from outbox_testing.fake_telegram import Fault
 
     fake_telegram.script(1, Fault.slow(1.0))  # the first send holds the only slot for a second
     with engine.begin() as conn:
@@ -229,7 +229,7 @@ def test_row_cancelled_while_waiting_for_a_send_slot_is_not_sent(
 def test_stalled_sends_leave_the_other_rows_to_other_relays(
     engine: sa.Engine, db_url: str, fake_telegram: FakeTelegram
 ) -> None:
-    from outbox.fake_telegram import Fault
+    from outbox_testing.fake_telegram import Fault
 
     fake_telegram.script(1, Fault.slow(1.5))
     with engine.begin() as conn:

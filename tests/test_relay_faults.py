@@ -18,11 +18,11 @@ import sqlalchemy as sa
 from outbox import enqueue, migrate, queries
 from outbox.db import create_engine
 from outbox.errors import OutboxError
-from outbox.fake_telegram import FakeTelegram, Fault
 from outbox.ratelimit import RateLimits
 from outbox.relay import RunSummary
 from outbox.relay.connection import DB_LOST, Connection
 from outbox.states import State
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEMPLATE, TEST_TOKEN
 from tests.support import (
     Relays,
@@ -35,13 +35,9 @@ from tests.support import (
     row,
     start_own_postgres,
     states,
+    text,
     wait_until,
 )
-
-
-def text(chat: int) -> dict[str, Any]:
-    return {"chat_id": chat, "text": f"eslatma {chat}"}
-
 
 # --- 1. reconnect stampede ---------------------------------------------------------------------
 
@@ -86,7 +82,7 @@ def test_a_database_restart_while_rows_wait_for_their_turn_reopens_few_connectio
     """Rows that wait for the rate limit check their claim when their turn comes: during an
     outage each of them needs the claim connection. After the restart the relay opens its few
     connections again, not one per waiting row."""
-    server = start_own_postgres(tmp_path / "pg")
+    server = start_own_postgres()
     engine = create_engine(server.url, pool_pre_ping=True)
     try:
         migrate.upgrade(server.url)

@@ -10,10 +10,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from outbox.config import RelayConfig
-from outbox.fake_telegram import FakeTelegram
 from outbox.ratelimit import RateLimits
 from outbox.relay import Relay
 from outbox.telegram import TelegramSender
+from outbox_testing.fake_telegram import FakeTelegram
 from reminders import service
 from tests.conftest import TEST_TOKEN
 

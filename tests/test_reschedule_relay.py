@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from outbox.fake_telegram import FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram
 from reminders import service
 from tests.support import Relays, wait_until
 

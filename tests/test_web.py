@@ -10,6 +10,7 @@ import os
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -21,9 +22,9 @@ from tests.webpage import WebPage, add_message, running_web
 
 
 @pytest.fixture
-def page(db_url: str, tmp_path: Path) -> WebPage:
+def page(db_url: str, tmp_path: Path) -> Iterator[WebPage]:
     with running_web(db_url, tmp_path) as web:
-        yield web  # type: ignore[misc]
+        yield web
 
 
 def test_the_page_shows_counts_and_failed_messages_escaped(

@@ -19,8 +19,8 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from outbox.fake_telegram import FakeTelegram
-from tests.support import Relays, free_port, row
+from outbox_testing.fake_telegram import FakeTelegram
+from tests.support import Relays, free_port, missing_tool, row
 from tests.webpage import add_message, running_web
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
@@ -31,8 +31,10 @@ SCRIPT_TITLE = "<script>window.pwned = true</script> Sut olish"
 def _chromium() -> tuple[str, str]:
     browser = shutil.which("chromium") or shutil.which("chromium-browser")
     driver = shutil.which("chromedriver")
-    if browser is None or driver is None:
-        pytest.skip("chromium not installed (apt-get install chromium chromium-driver)")
+    if browser is None:
+        missing_tool("chromium not installed (apt-get install chromium chromium-driver)")
+    if driver is None:
+        missing_tool("chromedriver not installed (apt-get install chromium-driver)")
     return browser, driver
 
 
@@ -267,3 +269,18 @@ def test_a_pending_message_is_cancelled_after_the_browser_asks(
         alert.accept()
         _wait(browser, lambda d: "Cancelled" in _text(d), "the cancel's notice")
     assert row(engine, "w")["holat"] == "xato"
+
+
+@pytest.mark.parametrize(
+    ("present", "named"),
+    [({"chromedriver"}, "chromium not installed"), ({"chromium"}, "chromedriver not installed")],
+)
+def test_a_missing_browser_tool_is_named(
+    monkeypatch: pytest.MonkeyPatch, present: set[str], named: str
+) -> None:
+    monkeypatch.delenv("OUTBOX_REQUIRE_SYSTEM_TOOLS", raising=False)
+    monkeypatch.setattr(
+        shutil, "which", lambda name: f"/usr/bin/{name}" if name in present else None
+    )
+    with pytest.raises(pytest.skip.Exception, match=named):
+        _chromium()

@@ -16,9 +16,9 @@ from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
-from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.payload import read_json
 from outbox.queries._common import AsyncConn, _sql
+from outbox.ratelimit import MAX_FLOOD_PAUSE
 from outbox.schema import DEFAULT_BOT, DEFAULT_QUEUE
 
 # --- the relay's hot path ----------------------------------------------------------------------

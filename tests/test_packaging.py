@@ -1,0 +1,59 @@
+"""The wheel's hand-kept package list against the folders in the repository."""
+
+from __future__ import annotations
+
+import fnmatch
+import tomllib
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _setuptools() -> dict[str, Any]:
+    config: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return dict(config["tool"]["setuptools"])
+
+
+def _folder(package: str, package_dir: dict[str, str]) -> Path:
+    """Where ``package`` lives in the repository, the package-dir mapping applied."""
+    parts = package.split(".")
+    for n in range(len(parts), 0, -1):
+        mapped = package_dir.get(".".join(parts[:n]))
+        if mapped is not None:
+            return ROOT.joinpath(mapped, *parts[n:])
+    return ROOT.joinpath(*parts)
+
+
+def _shipped_folders(folder: Path) -> list[Path]:
+    return [folder, *(p for p in folder.rglob("*") if p.is_dir() and p.name != "__pycache__")]
+
+
+def test_every_folder_of_the_packages_is_listed() -> None:
+    # setuptools treats a folder of data files (templates, static) as a package: one missing
+    # from the list is still shipped today, with a warning on every install, and dropped by a
+    # future setuptools.
+    config = _setuptools()
+    package_dir = config.get("package-dir", {})
+    listed = {_folder(p, package_dir): p for p in config["packages"]}
+    tops = {p for p in config["packages"] if "." not in p} | set(package_dir)
+    present = {f for top in tops for f in _shipped_folders(_folder(top, package_dir))}
+    missing = sorted(str(f.relative_to(ROOT)) for f in present - set(listed))
+    assert missing == [], f"folders missing from [tool.setuptools] packages: {missing}"
+    absent = sorted(p for f, p in listed.items() if not f.is_dir())
+    assert absent == [], f"listed packages without a folder: {absent}"
+
+
+def test_every_data_file_of_the_packages_is_in_package_data() -> None:
+    config = _setuptools()
+    package_dir = config.get("package-dir", {})
+    data = config.get("package-data", {})
+    unshipped = []
+    for package in config["packages"]:
+        folder = _folder(package, package_dir)
+        for path in folder.iterdir():
+            if path.is_dir() or path.suffix in {".py", ".pyc"}:
+                continue
+            if not any(fnmatch.fnmatch(path.name, pattern) for pattern in data.get(package, [])):
+                unshipped.append(str(path.relative_to(ROOT)))
+    assert unshipped == [], f"files no package-data pattern ships: {sorted(unshipped)}"
