@@ -19,8 +19,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from telegram import Update
 
-from outbox_testing.fake_telegram import FakeTelegram
 from outbox.telegram import bot_id_of
+from outbox_testing.fake_telegram import FakeTelegram
 from reminders.bot import BotConfig, build_application
 from reminders.messages import CALLBACK_ANSWER_LIMIT
 from tests.bot_support import telegram_accepts

@@ -106,14 +106,14 @@ def test_headers_and_forms_no_browser_sends_are_refused_not_failed(page: LocalPa
         page.request(
             "POST",
             "/replay",
-            form=f"csrf={token}&tur=x".encode(),  # type: ignore[arg-type]
+            form=f"csrf={token}&tur=x".encode(),
             headers={"Content-Type": "application/x-www-form-urlencoded; charset=no-such"},
         ),
         page.request(
             "POST",
             "/replay",
             form=b"--b\r\nContent-Disposition: form-data; name=csrf\r\n\r\n%s\r\n--b\r\nbroken"
-            % token.encode(),  # type: ignore[arg-type]
+            % token.encode(),
             headers={"Content-Type": "multipart/form-data; boundary=b"},
         ),
         page.request("PUT", "/login", form={"csrf": token}),
