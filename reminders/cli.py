@@ -337,8 +337,9 @@ def _migrate(args: argparse.Namespace) -> None:
 
     url = resolve_url(args.database_url)
     print(f"database {redact_url(url)}", file=sys.stderr)
-    migrate_all(url)
-    print("the outbox and vazifalar tables are up to date")
+    outbox, domain = migrate_all(url)
+    print(outbox.describe("the outbox tables"))
+    print(domain.describe("the vazifalar tables"))
 
 
 def _number(flag: str, text: str, low: float, high: float) -> float:

@@ -33,7 +33,7 @@ def test_a_short_password_is_replaced_where_it_stands_and_nowhere_else() -> None
         ("PASSWORD=x", "PASSWORD=***"),
         # Not a password's place: left alone.
         ("http://127.0.0.1:8081/bot/sendMessage", "http://127.0.0.1:8081/bot/sendMessage"),
-        ("password authentication failed for user app", "password authentication failed for user app"),
+        ("password authentication failed for app", "password authentication failed for app"),
     ],
 )  # fmt: skip
 def test_passwords_in_urls_and_key_value_strings(text: str, expected: str) -> None:
