@@ -224,3 +224,14 @@ def test_reminders_migrate_says_what_it_did(
         "the outbox tables are up to date",
         "the vazifalar tables are up to date",
     ]
+
+
+def test_reminders_takes_the_database_before_the_command_and_never_echoes_its_password(
+    db_url: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert reminders_main(["--database-url", db_url, "list"]) == 0
+    capsys.readouterr()
+    assert reminders_main(["--databse-url", UNREACHABLE, "list"]) == 2
+    err = capsys.readouterr().err
+    assert "s3cret" not in one_line(err)
+    assert "postgresql://outbox:***@127.0.0.1:1/outbox" in err
