@@ -6,15 +6,18 @@ naming the flag (or variable): exit 2, or 3 for the relay's settings; never a tr
 
 from __future__ import annotations
 
+import asyncio
 import math
 import os
 
 import pytest
 import sqlalchemy as sa
 
+from outbox import queries
 from outbox import schema as outbox_schema
 from outbox.commands.options import duration, message_id, number, whole_number
 from outbox.config import RelayConfig
+from outbox.db import async_connect
 from outbox.errors import ConfigError, InvalidInput
 from outbox.ratelimit import RateLimits
 from reminders.cli import main as reminders_main
@@ -235,3 +238,25 @@ def test_reminders_takes_the_database_before_the_command_and_never_echoes_its_pa
     err = capsys.readouterr().err
     assert "s3cret" not in one_line(err)
     assert "postgresql://outbox:***@127.0.0.1:1/outbox" in err
+
+
+def test_the_prune_count_keeps_the_done_rows_with_retention_0(
+    engine: sa.Engine, db_url: str
+) -> None:
+    """The progress line's total (shown on a terminal) agrees with what prune deletes."""
+    add_rows_for_retention(engine)
+
+    async def count(done: float | None) -> int:
+        conn = await async_connect(db_url, prepare=False)
+        try:
+            return await queries.count_prunable(
+                conn,
+                schema="public",
+                done_older_than_seconds=done,
+                markers_older_than_seconds=30 * 86400.0,
+            )
+        finally:
+            await conn.close()
+
+    assert asyncio.run(count(None)) == 1  # the old marker only
+    assert asyncio.run(count(7 * 86400.0)) == 2  # and the done row 8 days old
