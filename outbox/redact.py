@@ -73,8 +73,16 @@ def redact_url(url: str) -> str:
     return _redact_passwords(text)
 
 
+# Where a password can stand at all: most log lines have neither, and are passed by one search.
+_PASSWORD_PLACES = re.compile(r"://|(?i:password)\s*=")
+
+
 def _redact_passwords(text: str) -> str:
+    if not _PASSWORD_PLACES.search(text):
+        return text
     for password in sorted(_passwords, key=len, reverse=True):
+        if password not in text:
+            continue
         escaped = re.escape(password)
         text = re.sub(rf"(://[^:/?#@\s]*:){escaped}@", rf"\g<1>{PASSWORD_LABEL}@", text)
         text = re.sub(rf"(?i)(\bpassword\s*=\s*){escaped}", rf"\g<1>{PASSWORD_LABEL}", text)
