@@ -308,6 +308,9 @@ class Commands:
         parser.set_defaults(handler=handler)
         if database:
             add_database(parser, after_command=True)
+        else:
+            # Not the main parser's twins either: a bad OUTBOX_SCHEMA is no business of this one.
+            parser.set_defaults(database_url=None, schema=None)
         if json:
             parser.add_switch("--json", env="OUTBOX_JSON", help="print JSON instead of a table")
         return parser
