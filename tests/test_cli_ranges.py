@@ -191,7 +191,7 @@ def test_retention_0_keeps_the_done_rows_for_prune_as_for_the_relay(
     monkeypatch.setenv("OUTBOX_RETENTION", "0")
     code, out, _ = run(capsys, "prune", "--database-url", db_url)
     assert code == 0
-    assert out.startswith("kept every bajarildi row (--older-than 0); pruned 1 sent markers")
+    assert out.startswith("kept every bajarildi row (OUTBOX_RETENTION=0); pruned 1 sent markers")
     assert rows_and_markers(engine) == (["failed-long-ago", "old", "recent"], ["recent"])
 
 

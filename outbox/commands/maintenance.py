@@ -54,8 +54,7 @@ def _retention(args: argparse.Namespace) -> Retention:
 
     return Retention(
         schema=current_schema(),
-        # 0 keeps the done rows, as OUTBOX_RETENTION=0 does for the relay.
-        done_older_than=args.older_than or None,
+        done_older_than=args.older_than,  # None: keep them (OUTBOX_RETENTION=0)
         markers_older_than=args.markers_older_than,
         batch_size=args.batch_size,
     )
@@ -74,7 +73,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
-    keep_done = not args.older_than
+    keep_done = args.older_than is None
     if not keep_done and args.markers_older_than < args.older_than:
         raise InvalidInput(
             f"--markers-older-than ({out.span(args.markers_older_than)}) must not be "
@@ -90,7 +89,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         return 0
     markers_line = f"{markers} sent markers older than {out.span(args.markers_older_than)}"
     if keep_done:
-        print(f"kept every bajarildi row (--older-than 0); pruned {markers_line}")
+        print(f"kept every bajarildi row (OUTBOX_RETENTION=0); pruned {markers_line}")
     else:
         print(
             f"pruned {done} bajarildi rows older than {out.span(args.older_than)} and "
@@ -127,6 +126,10 @@ async def _prune(conn: AsyncConn, args: argparse.Namespace) -> dict[str, int]:
     return removed
 
 
+def _retention_twin(raw: str) -> float | None:
+    return duration()(raw) or None
+
+
 def register_migrate(commands: Commands) -> None:
     commands.add("migrate", cmd_migrate, "apply the database migrations")
 
@@ -151,8 +154,10 @@ def register(commands: Commands) -> None:
         env="OUTBOX_RETENTION",
         default=DEFAULT_RETENTION,
         convert=duration(),
+        # The relay's variable, read as the relay reads it: 0 keeps the done rows.
+        env_convert=_retention_twin,
         help=f"delete bajarildi rows unchanged this long (default {out.span(DEFAULT_RETENTION)}; "
-        "0 keeps them, as it does for the relay)",
+        "OUTBOX_RETENTION=0 keeps them, as for the relay; --older-than 0s deletes them all)",
         metavar="DURATION",
     )
     prune.add(

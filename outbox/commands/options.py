@@ -230,15 +230,17 @@ class Parser(argparse.ArgumentParser):
         env: str | None,
         default: Any,
         convert: Converter[Any] = str,
+        env_convert: Converter[Any] | None = None,
         help: str,
         **kwargs: Any,
     ) -> None:
-        """A flag, and its environment twin (``env``) that gives its default."""
+        """A flag, and its environment twin (``env``) that gives its default; ``env_convert``
+        reads the twin where a variable shared with another command means more there."""
         kwargs["type"] = _from(flags[0], convert, self.refusal)
         if env is not None:
             raw = os.environ.get(env, "")
             if raw and default is not argparse.SUPPRESS:
-                default = _FromEnv(raw, _from(env, convert, self.refusal))
+                default = _FromEnv(raw, _from(env, env_convert or convert, self.refusal))
             help = f"{help} [env: {env}]"
         self.add_argument(*flags, default=default, help=help, **kwargs)
 
