@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox import queries
 from outbox.errors import ConfigError, InvalidInput, InvalidPayload
-from outbox.payload import MalformedPayload, send_message_args
+from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, send_message_args
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 
@@ -56,6 +56,18 @@ def _checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     return dict(payload)
 
 
+def _check_label(value: str, field: str) -> None:
+    try:
+        check_text(value, field)
+    except MalformedPayload as err:
+        raise InvalidPayload(f"outbox message refused: {err}") from None
+    if len(value.encode()) > MAX_KEY_BYTES:
+        raise InvalidPayload(
+            f"outbox message refused: {field} takes {len(value.encode())} bytes; "
+            f"at most {MAX_KEY_BYTES}"
+        )
+
+
 def _enqueue_steps(
     *,
     key: str,
@@ -69,8 +81,12 @@ def _enqueue_steps(
         validate_queue(queue)
     except ConfigError as err:
         raise InvalidInput(str(err)) from None
-    if not key:
+    if not isinstance(key, str) or not key:
         raise InvalidInput("an outbox message needs a non-empty key")
+    _check_label(key, "key")
+    if not isinstance(kind, str):
+        raise InvalidInput("an outbox message's kind must be a string")
+    _check_label(kind, "kind")
     if run_at is not None and run_at.tzinfo is None:
         raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
     return queries.enqueue(
@@ -160,6 +176,7 @@ def update_pending(
     A message being sent at this moment goes out with the text it had; a retry or replay of it
     sends the new one. A sent message is not sent again.
     """
+    _check_label(key, "key")
     steps = queries.update_pending(
         schema=resolve_schema(schema), key=key, payload=_checked_payload(payload)
     )
@@ -170,6 +187,7 @@ async def update_pending_async(
     conn: AsyncAppConn, key: str, payload: Mapping[str, Any], *, schema: str | None = None
 ) -> bool:
     """``update_pending`` for an ``AsyncSession`` or ``AsyncConnection``."""
+    _check_label(key, "key")
     steps = queries.update_pending(
         schema=resolve_schema(schema), key=key, payload=_checked_payload(payload)
     )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,6 +30,17 @@ DEFAULT_GRACE = 10.0
 DEFAULT_TELEGRAM_TIMEOUT = 10.0
 DEFAULT_RETENTION = 7 * 86400.0
 DEFAULT_MARKER_RETENTION = 30 * 86400.0
+
+# Ceilings, far above any real need: a typing mistake (a rate of nan, a concurrency of
+# 99999999999) is refused at start instead of a relay that spins building pools or dies at its
+# first claim. The command line refuses the same values, naming the flag.
+MAX_CONCURRENCY = 4096
+MAX_BATCH_SIZE = 10_000  # rows per claim, rows claimed ahead, rows per prune batch
+MAX_RATE = 1000.0  # messages/s per bot or per private chat (Telegram: about 30/s per bot)
+MAX_GROUP_RATE = 60_000.0  # messages/min per group
+MAX_ATTEMPTS = 1000
+MAX_WAIT = 86400.0  # poll interval, retry base, lease grace, Telegram timeout: a day at most
+MAX_DURATION = 3650 * 86400.0  # ten years: leases, retention, any duration a command takes
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,14 +85,10 @@ class RelayConfig:
             validate_queue(queue)
         if not 0 < self.slot_horizon <= 60:
             raise ConfigError("slot-horizon must be between 0 and 60 seconds")
-        for name in ("concurrency", "batch_size", "prune_batch_size"):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name.replace('_', '-')} must be at least 1")
+        self._check_ranges()
         for name in ("poll_interval", "lease_seconds", "reap_interval", "flush_interval"):
             if getattr(self, name) <= 0:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive")
-        if self.claim_ahead < 0:
-            raise ConfigError("claim-ahead cannot be negative")
         if self.retention_seconds and self.marker_retention_seconds < self.retention_seconds:
             raise ConfigError("marker retention must be at least the retention of done rows")
         if self.grace_seconds < 0:
@@ -96,6 +104,44 @@ class RelayConfig:
                 f"the grace period ({self.telegram_timeout:g}s + {self.grace_seconds:g}s): "
                 "a shorter claim expires while its message is being sent, and it is sent again"
             )
+
+    def _check_ranges(self) -> None:
+        counts = {
+            "concurrency": MAX_CONCURRENCY,
+            "batch_size": MAX_BATCH_SIZE,
+            "prune_batch_size": MAX_BATCH_SIZE,
+        }
+        for name, most in counts.items():
+            if not 1 <= getattr(self, name) <= most:
+                raise ConfigError(f"{name.replace('_', '-')} must be between 1 and {most}")
+        if not 0 <= self.claim_ahead <= MAX_BATCH_SIZE:
+            raise ConfigError(f"claim-ahead must be between 0 and {MAX_BATCH_SIZE}")
+        if not 1 <= self.retry.max_attempts <= MAX_ATTEMPTS:
+            raise ConfigError(f"max-attempts must be between 1 and {MAX_ATTEMPTS}")
+        limits = self.rate_limits
+        rates = {
+            "rate-limit": (limits.per_bot, MAX_RATE),
+            "chat-rate-limit": (limits.per_chat, MAX_RATE),
+            "group-rate-limit": (limits.per_group_per_minute, MAX_GROUP_RATE),
+        }
+        for label, (rate, fastest) in rates.items():
+            # nan compares false with everything: "not <=" catches it with the infinities.
+            if not 0 <= rate <= fastest:
+                raise ConfigError(f"{label} must be between 0 and {fastest:g}, got {rate}")
+        waits = {
+            "poll-interval": (self.poll_interval, MAX_WAIT),
+            "backoff-base": (self.retry.base_seconds, MAX_WAIT),
+            "grace": (self.grace_seconds, MAX_WAIT),
+            "telegram-timeout": (self.telegram_timeout, MAX_WAIT),
+            "reap-interval": (self.reap_interval, MAX_WAIT),
+            "flush-interval": (self.flush_interval, MAX_WAIT),
+            "lease": (self.lease_seconds, MAX_DURATION),
+            "retention": (self.retention_seconds, MAX_DURATION),
+            "marker-retention": (self.marker_retention_seconds, MAX_DURATION),
+        }
+        for label, (seconds, longest) in waits.items():
+            if not (math.isfinite(seconds) and seconds <= longest):
+                raise ConfigError(f"{label} must be at most {longest:g} seconds, got {seconds}")
 
 
 def read_token(env: dict[str, str] | None = None) -> str:

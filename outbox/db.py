@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
@@ -14,7 +13,7 @@ from sqlalchemy.engine import Connection, Engine
 
 from outbox import queries
 from outbox.errors import ConfigError, DatabaseUnavailable, SchemaMissing
-from outbox.redact import register_secret
+from outbox.redact import redact_url, register_password
 from outbox.schema import schema_problem
 
 __all__ = [
@@ -34,36 +33,19 @@ __all__ = [
 _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
-# The user part's password: everything between the first ":" after "//" and the last "@",
-# so that a password with an unencoded "/", "?", "#" or "@" (which misleads a URL parser) is
-# still hidden whole.
-_USERINFO_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:).*@")
-# password=... in a URL's query or a key=value connection string, quoted or not.
-_PASSWORD_PARAM = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]*)")
-
-
-def redact_url(url: str) -> str:
-    """The URL with any password replaced (in the user part or the query), fit for a log.
-
-    Works on the text, not on a parsed URL: a URL that does not parse must not leak either.
-    """
-    text = _USERINFO_PASSWORD.sub(r"\g<head>***@", url.strip(), count=1)
-    return _PASSWORD_PARAM.sub(r"\1***", text)
-
-
 def _register_password(url: str) -> None:
-    """Teach the log redaction this URL's password, wherever in the URL it was written, so that
-    no driver message that happens to quote it reaches a log or a terminal."""
+    """Teach the log redaction this URL's password, so that it is found where it stands (in a URL
+    or after password=) in any driver message that quotes it."""
     try:
         parts = urlsplit(url)
     except ValueError:
         return
     if parts.password:
-        register_secret(unquote(parts.password), "***")
-        register_secret(parts.password, "***")
+        register_password(unquote(parts.password))
+        register_password(parts.password)
     for name, value in parse_qsl(parts.query):
         if name.lower() == "password" and value:
-            register_secret(value, "***")
+            register_password(value)
 
 
 def normalize_url(url: str) -> str:

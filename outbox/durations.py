@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from datetime import timedelta
 
@@ -11,6 +12,9 @@ __all__ = ["format_duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+# Beyond what a timedelta holds (about 2.7 million years) a duration is a typing mistake; each
+# command also has its own, much lower, maximum (outbox.commands.options).
+_LONGEST = timedelta.max.total_seconds()
 
 
 def parse_duration(text: str) -> timedelta:
@@ -31,8 +35,12 @@ def parse_duration(text: str) -> timedelta:
             raise InvalidInput(
                 f"cannot read duration {text!r}: use e.g. 30s, 5m, 1h30m, 7d"
             ) from None
+    if math.isnan(seconds):
+        raise InvalidInput(f"cannot read duration {text!r}: use e.g. 30s, 5m, 1h30m, 7d")
     if seconds < 0:
         raise InvalidInput(f"duration {text!r} is negative")
+    if seconds >= _LONGEST:
+        raise InvalidInput(f"duration {text!r} is too long")
     return timedelta(seconds=seconds)
 
 

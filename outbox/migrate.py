@@ -15,6 +15,7 @@ Either way the host's autogenerate ignores the outbox's tables through :func:`in
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import sqlalchemy as sa
@@ -40,6 +41,7 @@ __all__ = [
     "BRANCH",
     "VERSIONS_LOCATION",
     "VERSION_TABLE",
+    "Upgraded",
     "create_schema_sql",
     "include_object",
     "revision_comment",
@@ -55,7 +57,25 @@ VERSIONS_LOCATION = f"{SCRIPT_PACKAGE}:versions"
 BRANCH = "outbox"
 OUTBOX_TABLES = frozenset({"outbox", "yuborilgan", "bot_holati", "chat_navbati", VERSION_TABLE})
 _SCHEMA_ATTRIBUTE = "outbox_schema"
+_RESULT_ATTRIBUTE = "outbox_upgraded"
 _LEGACY_REVISION = "0001"  # the single history of version 0.1, shared with the domain tables
+
+
+@dataclass(frozen=True, slots=True)
+class Upgraded:
+    """What an upgrade did, as read under the migrators' lock (two at once: one creates, the
+    other finds the tables up to date)."""
+
+    before: str | None  # the revision the tables were at; None: there were none
+    after: str | None
+
+    def describe(self, tables: str) -> str:
+        """One line for a person: created, upgraded, or already up to date."""
+        if self.before is None and self.after is not None:
+            return f"created {tables} (revision {self.after})"
+        if self.before != self.after:
+            return f"upgraded {tables} from revision {self.before} to {self.after}"
+        return f"{tables} are up to date (revision {self.after})"
 
 
 def _config(url: str, script_package: str, schema: str) -> Config:
@@ -67,27 +87,36 @@ def _config(url: str, script_package: str, schema: str) -> Config:
     return config
 
 
-def upgrade(url: str, revision: str = "head", *, schema: str | None = None) -> None:
+def upgrade(url: str, revision: str = "head", *, schema: str | None = None) -> Upgraded:
     """Bring the outbox tables at ``url`` up to ``revision``; safe to run again at any time.
 
     Refuses (``SchemaMismatch``) a schema that holds another program's ``outbox`` table, and
-    takes over tables made by version 0.1's shared history without losing a row.
+    takes over tables made by version 0.1's shared history without losing a row. Says which
+    revision the tables were at and are at now.
     """
     schema = resolve_schema(schema)
     config = _config(url, SCRIPT_PACKAGE, schema)
     with connect_errors(url):
         _adopt_or_refuse(config, url, schema)
         command.upgrade(config, revision)
+    return _upgraded(config)
 
 
 def upgrade_history(
     url: str, script_package: str, revision: str = "head", *, stamp: bool = False
-) -> None:
+) -> Upgraded:
     """Run (or with ``stamp`` only record) another package's history through the same
     environment: an app's own, such as the vazifalar domain's."""
     config = _config(url, script_package, current_schema())
     with connect_errors(url):
         (command.stamp if stamp else command.upgrade)(config, revision)
+    return _upgraded(config)
+
+
+def _upgraded(config: Config) -> Upgraded:
+    found = config.attributes.get(_RESULT_ATTRIBUTE)
+    # A stamp runs no migrations: the environment reports nothing.
+    return found if isinstance(found, Upgraded) else Upgraded(None, None)
 
 
 def _adopt_or_refuse(config: Config, url: str, schema: str) -> None:
@@ -195,8 +224,12 @@ def run_migrations(*, version_table: str, own_schema: bool) -> None:
                 version_table=version_table,
                 version_table_schema=schema if own_schema else None,
             )
+            migrations = context.get_context()
+            before = migrations.get_current_revision()
             with context.begin_transaction():
                 context.run_migrations()
+            result = Upgraded(before, migrations.get_current_revision())
+            context.config.attributes[_RESULT_ATTRIBUTE] = result
     finally:
         engine.dispose()
 

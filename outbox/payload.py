@@ -8,16 +8,19 @@ since plain SQL can write anything into the table.
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 __all__ = [
     "MAX_CALLBACK_DATA_BYTES",
+    "MAX_KEY_BYTES",
     "MAX_PAYLOAD_BYTES",
     "MAX_PAYLOAD_DEPTH",
     "MAX_TEXT_LENGTH",
     "MalformedPayload",
     "UnreadablePayload",
+    "check_text",
     "read_json",
     "send_message_args",
 ]
@@ -30,7 +33,8 @@ MAX_PAYLOAD_BYTES = 65536
 MAX_PAYLOAD_DEPTH = 32
 # Telegram: chat ids have at most 52 significant bits.
 _MAX_CHAT_ID = 2**52
-_MAX_CHANNEL_NAME = 32  # characters of a Telegram username
+# A public channel's username: 5 to 32 letters, digits and underscores, starting with a letter.
+_CHANNEL_NAME = re.compile(r"@[A-Za-z][A-Za-z0-9_]{4,31}")
 _PARSE_MODES = ("HTML", "Markdown", "MarkdownV2")
 _OPTIONAL_FLAGS = ("disable_notification", "protect_content")
 _ALLOWED_KEYS = {
@@ -41,6 +45,8 @@ _ALLOWED_KEYS = {
     "reply_markup",
     *_OPTIONAL_FLAGS,
 }
+# A key is unique in the table (a btree index, whose entries must stay well under 2,700 bytes).
+MAX_KEY_BYTES = 1024
 MAX_CALLBACK_DATA_BYTES = 64  # Telegram's limit for a button's callback_data, in UTF-8 bytes
 _BUTTON_KINDS = ("callback_data", "url")  # the inline buttons a stored message may carry
 
@@ -73,16 +79,31 @@ def read_json(text: str | None) -> Any:
     return UnreadablePayload(reason, text)
 
 
+def check_text(value: str, field: str) -> str:
+    """A string PostgreSQL can store: no NUL character (text and jsonb refuse it) and no lone
+    surrogate (not UTF-8)."""
+    if "\x00" in value:
+        raise MalformedPayload(f"{field} contains a NUL character (\\x00), which cannot be stored")
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        raise MalformedPayload(f"{field} is not valid Unicode (a lone surrogate)") from None
+    return value
+
+
 def _chat_id(value: Any) -> int | str:
     if isinstance(value, str) and value.startswith("@"):
-        if not 2 <= len(value) <= _MAX_CHANNEL_NAME + 1:
-            raise MalformedPayload(f"chat_id {value[:40]!r} is not an @channel name")
+        if not _CHANNEL_NAME.fullmatch(value):
+            raise MalformedPayload(
+                f"chat_id {value[:40]!r} is not an @channel name (5 to 32 letters, digits "
+                "and _, starting with a letter)"
+            )
         return value
     if isinstance(value, str):
         try:
             value = int(value)
         except ValueError:
-            raise MalformedPayload(f"chat_id {value!r} is not a number") from None
+            raise MalformedPayload(f"chat_id {value[:40]!r} is not a number") from None
     if isinstance(value, bool) or not isinstance(value, int):
         raise MalformedPayload("chat_id must be an integer or an @channel name")
     if value == 0 or abs(value) > _MAX_CHAT_ID:
@@ -93,6 +114,7 @@ def _chat_id(value: Any) -> int | str:
 def _text(text: Any, parse_mode: Any) -> str:
     if not isinstance(text, str) or not text.strip():
         raise MalformedPayload("text must be a non-empty string")
+    check_text(text, "text")
     if parse_mode is not None and parse_mode not in _PARSE_MODES:
         raise MalformedPayload(f"parse_mode must be one of {', '.join(_PARSE_MODES)} or absent")
     # With a parse mode the markup is stripped before Telegram counts; without one, count here.
@@ -163,6 +185,7 @@ def _check_button(button: Any) -> None:
     text = button.get("text")
     if not isinstance(text, str) or not text.strip():
         raise MalformedPayload("an inline keyboard button needs a non-empty text")
+    check_text(text, "a button's text")
     kinds = [kind for kind in _BUTTON_KINDS if kind in button]
     if len(kinds) != 1 or set(button) != {"text", kinds[0]}:
         raise MalformedPayload(
@@ -171,6 +194,7 @@ def _check_button(button: Any) -> None:
     value = button[kinds[0]]
     if not isinstance(value, str) or not value:
         raise MalformedPayload(f"button {text!r}: {kinds[0]} must be a non-empty string")
+    check_text(value, f"button {text!r}: {kinds[0]}")
     if kinds[0] == "callback_data" and len(value.encode()) > MAX_CALLBACK_DATA_BYTES:
         raise MalformedPayload(
             f"button {text!r}: callback_data is {len(value.encode())} bytes; "

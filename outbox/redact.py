@@ -1,5 +1,5 @@
-"""Keeps the bot token out of every log line, error text and database row; formats log lines
-as text for people or as JSON for a log system."""
+"""Keeps the bot token and the database password out of every log line, error text and
+database row; formats log lines as text for people or as JSON for a log system."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import logging
 import re
 from datetime import UTC, datetime
 from typing import Any
+from urllib.parse import quote
 
 __all__ = [
     "LOG_FORMATS",
@@ -16,12 +17,26 @@ __all__ = [
     "RedactingFormatter",
     "configure_logging",
     "redact",
+    "redact_url",
+    "register_password",
     "register_secret",
 ]
 
-# Anything shaped like a bot token, with or without the "bot" prefix of Bot API URLs.
-_TOKEN_PATTERN = re.compile(r"\d{3,}:[A-Za-z0-9_-]{10,}")
+# Anything shaped like a bot token, with or without the "bot" prefix of Bot API URLs, its colon
+# as typed or percent-encoded (a token inside a URL's path or query).
+_TOKEN_PATTERN = re.compile(r"\d{3,}(?::|%3[Aa])[A-Za-z0-9_-]{10,}")
+# A password where it stands, which is the only place it is looked for: a short password
+# ("postgres") replaced as a bare substring would also eat every word that contains it.
+# In a URL's user part: from the first ":" after "scheme://user" to the last "@" of the URL
+# (a password with an unencoded "/", "?", "#" or "@" misleads a URL parser, not this).
+_URL_PASSWORD = re.compile(r"(?P<head>\b[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@\s]*:)\S*@")
+# The same, anchored, for a text that is one URL: there the password may even hold a space.
+_WHOLE_URL_PASSWORD = re.compile(r"^(?P<head>[A-Za-z][A-Za-z0-9+.-]*://[^:/?#@]*:).*@")
+# password=... in a URL's query or a key=value (libpq conninfo) string, quoted or not.
+_PASSWORD_PARAM = re.compile(r"(?i)(\bpassword\s*=\s*)('(?:[^'\\]|\\.)*'|[^&\s]*)")
+PASSWORD_LABEL = "***"  # noqa: S105 - what stands in for a password
 _secrets: dict[str, str] = {}
+_passwords: set[str] = set()
 
 LOG_FORMATS = ("text", "json")
 # What a line about one message carries (``log.info(..., extra={"outbox_id": ...})``); the JSON
@@ -30,19 +45,57 @@ MESSAGE_FIELDS = ("outbox_id", "key", "chat_id")
 
 
 def register_secret(secret: str, label: str = "[token]") -> None:
-    """Remember a secret so that ``redact`` replaces it by ``label`` whatever its shape."""
-    if secret:
-        _secrets[secret] = label
-        # Longest first: a secret that contains another is replaced whole.
-        ordered = sorted(_secrets.items(), key=lambda item: -len(item[0]))
-        _secrets.clear()
-        _secrets.update(ordered)
+    """Remember a secret (a token: long and unlike any word) so that ``redact`` replaces it by
+    ``label`` wherever it appears, as typed or percent-encoded."""
+    if not secret:
+        return
+    for form in {secret, quote(secret, safe="")}:
+        _secrets[form] = label
+    # Longest first: a secret that contains another is replaced whole.
+    ordered = sorted(_secrets.items(), key=lambda item: -len(item[0]))
+    _secrets.clear()
+    _secrets.update(ordered)
+
+
+def register_password(password: str) -> None:
+    """Remember a database password, so that ``redact`` finds it in a URL's user part or after
+    ``password=`` even where the general patterns would not (a space in it, say)."""
+    if password:
+        _passwords.update({password, quote(password, safe="")})
+
+
+def redact_url(url: str) -> str:
+    """One URL (or conninfo string) with its password replaced, fit for a log.
+
+    Works on the text, not on a parsed URL: a URL that does not parse must not leak either.
+    """
+    text = _WHOLE_URL_PASSWORD.sub(rf"\g<head>{PASSWORD_LABEL}@", url.strip(), count=1)
+    return _redact_passwords(text)
+
+
+# Where a password can stand at all: most log lines have neither, and are passed by one search.
+_PASSWORD_PLACES = re.compile(r"://|(?i:password)\s*=")
+
+
+def _redact_passwords(text: str) -> str:
+    if not _PASSWORD_PLACES.search(text):
+        return text
+    for password in sorted(_passwords, key=len, reverse=True):
+        if password not in text:
+            continue
+        escaped = re.escape(password)
+        text = re.sub(rf"(://[^:/?#@\s]*:){escaped}@", rf"\g<1>{PASSWORD_LABEL}@", text)
+        text = re.sub(rf"(?i)(\bpassword\s*=\s*){escaped}", rf"\g<1>{PASSWORD_LABEL}", text)
+    text = _URL_PASSWORD.sub(rf"\g<head>{PASSWORD_LABEL}@", text)
+    return _PASSWORD_PARAM.sub(rf"\g<1>{PASSWORD_LABEL}", text)
 
 
 def redact(text: str) -> str:
+    """The text without registered secrets, token-shaped strings, and passwords where they
+    stand in a URL or a ``password=`` setting."""
     for secret, label in _secrets.items():
         text = text.replace(secret, label)
-    return _TOKEN_PATTERN.sub("[token]", text)
+    return _TOKEN_PATTERN.sub("[token]", _redact_passwords(text))
 
 
 class RedactingFormatter(logging.Formatter):

@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from outbox.db import connect_errors, create_engine, redact_url, resolve_url
 from outbox.errors import OutboxError
+from outbox.redact import redact
 from reminders import service
 from reminders.models import DEFAULT_TIME_ZONE, Task
 from reminders.parsing import (
@@ -48,6 +49,10 @@ ENV_LOG_LEVEL = "REMINDERS_LOG_LEVEL"
 _SECRET = re.compile(r"[A-Za-z0-9_-]{1,256}")  # what Telegram accepts as a webhook secret
 
 Handler = Callable[[Session, argparse.Namespace], None]
+_URL_HELP = (
+    "PostgreSQL URL, or 'embedded' for the development server in ./.outbox; with a password, "
+    "prefer the variable: argv is visible in ps"
+)
 
 
 class UsageError(Exception):
@@ -57,7 +62,8 @@ class UsageError(Exception):
 class _Parser(argparse.ArgumentParser):
     # One line instead of argparse's usage block: the error is what the person needs to see.
     def error(self, message: str) -> NoReturn:
-        raise UsageError(f"{self.prog}: {message} (see {self.prog} --help)")
+        # argparse quotes what it could not place, a database URL with its password included.
+        raise UsageError(f"{self.prog}: {redact(message)} (see {self.prog} --help)")
 
 
 def _plural(count: int, noun: str) -> str:
@@ -212,15 +218,17 @@ def _env_flag(
 
 
 def build_parser() -> argparse.ArgumentParser:
-    common = _Parser(add_help=False)
-    _env_flag(
-        common,
-        "--database-url",
-        ENV_DATABASE_URL,
-        metavar="URL",
-        help_text="PostgreSQL URL, or 'embedded' for the development server in ./.outbox",
-    )
     parser = _Parser(prog=PROG, description="Tasks with Telegram reminders (the vazifalar side).")
+    # Before the command (`reminders --database-url URL list`) or after it; the command's copy
+    # only counts when given, so that its default does not overwrite the one given before.
+    _env_flag(parser, "--database-url", ENV_DATABASE_URL, metavar="URL", help_text=_URL_HELP)
+    common = _Parser(add_help=False)
+    common.add_argument(
+        "--database-url",
+        default=argparse.SUPPRESS,
+        metavar="URL",
+        help=f"{_URL_HELP} (env {ENV_DATABASE_URL})",
+    )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     user = commands.add_parser("user", help="manage users")
@@ -337,8 +345,9 @@ def _migrate(args: argparse.Namespace) -> None:
 
     url = resolve_url(args.database_url)
     print(f"database {redact_url(url)}", file=sys.stderr)
-    migrate_all(url)
-    print("the outbox and vazifalar tables are up to date")
+    outbox, domain = migrate_all(url)
+    print(outbox.describe("the outbox tables"))
+    print(domain.describe("the vazifalar tables"))
 
 
 def _number(flag: str, text: str, low: float, high: float) -> float:

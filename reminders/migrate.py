@@ -18,14 +18,15 @@ BASELINE = "reminders_0001"
 DOMAIN_TABLES = ("foydalanuvchi", "vazifa")
 
 
-def migrate_all(url: str) -> None:
-    """Bring the outbox and the domain tables up to date; safe to run again."""
-    migrate.upgrade(url)
+def migrate_all(url: str) -> tuple[migrate.Upgraded, migrate.Upgraded]:
+    """Bring the outbox and the domain tables up to date; safe to run again. Says what each
+    upgrade did (the outbox's, the domain's)."""
+    outbox = migrate.upgrade(url)
     if _made_by_shared_history(url):
         # Version 0.1 created the domain tables in the outbox's history: keep them and their
         # rows, and let the domain's own history take over from its first revision.
         migrate.upgrade_history(url, HISTORY, BASELINE, stamp=True)
-    migrate.upgrade_history(url, HISTORY)
+    return outbox, migrate.upgrade_history(url, HISTORY)
 
 
 def _made_by_shared_history(url: str) -> bool:

@@ -301,7 +301,7 @@ def test_operator_commands_work_through_pgbouncer(
     server_url: str, empty_db_url: str, bouncer: PgBouncer, tmp_path: Path
 ) -> None:
     url = bouncer.url(empty_db_url)
-    assert "up to date" in outbox(url, "migrate", cwd=tmp_path).stdout
+    assert "created the outbox tables" in outbox(url, "migrate", cwd=tmp_path).stdout
     direct = sa.create_engine("postgresql+psycopg://" + empty_db_url.removeprefix("postgresql://"))
     try:
         # The migrators' lock must not outlive the command in a pooled server connection,

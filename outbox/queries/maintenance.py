@@ -134,7 +134,7 @@ async def prune(
     conn: AsyncConn,
     *,
     schema: str,
-    done_older_than_seconds: float,
+    done_older_than_seconds: float | None,
     markers_older_than_seconds: float,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
@@ -142,13 +142,15 @@ async def prune(
     """Retention (relay maintenance, ``outbox prune``): batch after batch, each in its own
     short transaction so a long delete neither locks the table nor bloats it, until one comes
     up short. Returns how many done rows and markers went; ``on_batch`` hears each batch's
-    count (a progress line)."""
+    count (a progress line). ``done_older_than_seconds`` None keeps every done row."""
     removed = {"bajarildi": 0, "yuborilgan": 0}
     steps = (
         ("bajarildi", _PRUNE_DONE, done_older_than_seconds),
         ("yuborilgan", _PRUNE_MARKERS, markers_older_than_seconds),
     )
     for name, statement, older_than in steps:
+        if older_than is None:
+            continue
         params = {"older_than": float(older_than), "batch": batch_size}
         while True:
             async with conn.transaction():
@@ -176,11 +178,13 @@ async def count_prunable(
     conn: AsyncConn,
     *,
     schema: str,
-    done_older_than_seconds: float,
+    done_older_than_seconds: float | None,
     markers_older_than_seconds: float,
 ) -> int:
     """How many rows and markers ``prune`` would delete now (its progress line's total)."""
-    params = {"done": float(done_older_than_seconds), "markers": float(markers_older_than_seconds)}
+    # None keeps the done rows: NULL makes their condition, and their count, nothing.
+    done = None if done_older_than_seconds is None else float(done_older_than_seconds)
+    params = {"done": done, "markers": float(markers_older_than_seconds)}
     cursor = await conn.execute(_sql(_COUNT_PRUNABLE, schema), params)
     row = await cursor.fetchone()
     return 0 if row is None else int(row[0]) + int(row[1])

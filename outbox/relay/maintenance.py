@@ -46,7 +46,7 @@ class Retention:
     """Keeps the hot table small: deletes old done rows and, later, their sent markers."""
 
     schema: str
-    done_older_than: float
+    done_older_than: float | None  # None keeps the done rows (``outbox prune --older-than 0``)
     markers_older_than: float
     batch_size: int
 

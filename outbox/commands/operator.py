@@ -1,0 +1,260 @@
+"""The operator's commands: list, show, replay and status. Safe while relays run.
+
+Each parses, opens the database, calls one function of ``outbox.api`` and prints. Exit codes
+(the README lists them): 0 done; 2 invalid input or unknown id; 3 bad database URL; 4 database
+unreachable; 5 schema missing; 7 replay refused for a row (the reason is printed); 8 ``status``
+found a problem.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+
+from outbox import admin_output as out
+from outbox import api, queries
+from outbox.commands.common import complain, open_database, print_json
+from outbox.commands.options import (
+    BIGINT_MAX,
+    Commands,
+    add_lease,
+    add_queue_filter,
+    duration,
+    message_id,
+    state_name,
+    whole_number,
+)
+from outbox.errors import InvalidInput, NotFound, Refused, Unhealthy
+
+__all__ = ["register"]
+
+DEFAULT_LIST_LIMIT = 50
+MAX_LIST_LIMIT = 1_000_000
+DEFAULT_MAX_LAG = 300.0
+
+
+def cmd_list(args: argparse.Namespace) -> int:
+    with open_database(args) as engine, engine.begin() as conn:
+        # One row more than shown tells whether there are more.
+        found = api.list_messages(
+            conn, state=args.holat, kind=args.tur, limit=args.limit + 1, queue=args.queue
+        )
+    messages = found[: args.limit]
+    if args.json:
+        print_json([out.message_json(m) for m in messages])
+    elif messages:
+        print("\n".join(out.messages_table(messages)))
+        if len(found) > args.limit:
+            print(f"(the newest {args.limit} shown; more match: --limit N)")
+    else:
+        print("no outbox messages match")
+    return 0
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    with open_database(args) as engine, engine.begin() as conn:
+        message = api.get_message(conn, args.id)
+    if message is None:
+        raise NotFound(f"no outbox message with id {args.id}")
+    if args.json:
+        print_json(out.message_json(message))
+    else:
+        print("\n".join(out.message_lines(message)))
+    return 0
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    bulk = args.all_failed
+    if bulk and args.ids:
+        raise InvalidInput("give message ids or --all-failed, not both")
+    if not bulk and not args.ids:
+        raise InvalidInput("give one or more message ids, or --all-failed")
+    if not bulk and (args.tur is not None or args.since is not None or args.queue is not None):
+        raise InvalidInput("--tur, --queue and --since only filter --all-failed")
+    with open_database(args) as engine, engine.begin() as conn:
+        results = api.replay(
+            conn,
+            None if bulk else args.ids,
+            force=args.force,
+            kind=args.tur,
+            failed_within_seconds=args.since,
+            queue=args.queue,
+        )
+    replayed = [r for r in results if r.replayed]
+    unknown = [r for r in results if r.state is None]
+    refused = [r for r in results if not r.replayed and r.state is not None]
+    if args.json:
+        print_json(
+            {
+                "replayed": [r.id for r in replayed],
+                "refused": [
+                    {"id": r.id, "holat": r.state, "reason": out.replay_refusal(r)} for r in refused
+                ],
+                "unknown": [r.id for r in unknown],
+            }
+        )
+    else:
+        if bulk:
+            print(f"replayed {len(replayed)} failed messages{_bulk_filter(args)}")
+        else:
+            for result in replayed:
+                print(out.replayed_line(result, forced=args.force))
+        for result in (*refused, *unknown):
+            complain(out.replay_refusal(result))
+    if unknown:
+        return NotFound.exit_code
+    return Refused.exit_code if refused else 0
+
+
+def _bulk_filter(args: argparse.Namespace) -> str:
+    filters = []
+    if args.tur is not None:
+        filters.append(f"tur {args.tur}")
+    if args.queue is not None:
+        filters.append(f"navbat {args.queue}")
+    if args.since is not None:
+        filters.append(f"failed in the last {out.span(args.since)}")
+    return f" ({', '.join(filters)})" if filters else ""
+
+
+def cmd_status(args: argparse.Namespace) -> int:
+    with open_database(args) as engine, engine.begin() as conn:
+        status = api.queue_status(conn, lease_seconds=args.lease, queue=args.queue)
+    problems = []
+    if status.lag_seconds > args.max_lag:
+        late = _in_queues(status, lambda figures: figures.lag_seconds > args.max_lag)
+        problems.append(
+            f"lag {out.span(status.lag_seconds)}{late} is over --max-lag "
+            f"{out.span(args.max_lag)} (is a relay running?)"
+        )
+    if status.stuck_claims:
+        stuck = _in_queues(status, lambda figures: figures.stuck_claims > 0)
+        problems.append(
+            f"{status.stuck_claims} claims{stuck} are older than the {out.span(args.lease)} lease "
+            "or have no claim time (a relay died or hangs, or a row was claimed by hand; "
+            "a running relay reaps them within a minute, or run `outbox reap`)"
+        )
+    if status.never_due:
+        problems.append(
+            f"{status.never_due} pending rows are due at infinity and will never be sent "
+            "(`outbox list --holat kutmoqda`; set their keyingi_urinish, or cancel them)"
+        )
+    if args.max_failed is not None and status.counts["xato"] > args.max_failed:
+        problems.append(
+            f"{status.counts['xato']} failed messages, more than --max-failed {args.max_failed} "
+            "(`outbox list --holat xato`)"
+        )
+    if args.json:
+        print_json(
+            {
+                "holat": status.counts,
+                "lag_seconds": status.lag_seconds,
+                "stuck": status.stuck,
+                "stuck_claims": status.stuck_claims,
+                "never_due": status.never_due,
+                "markers": status.markers,
+                "estimated": list(status.estimated),
+                "failed": status.counts["xato"],
+                "healthy": not problems,
+                "problems": problems,
+                "queues": out.queues_json(status.queues),
+            }
+        )
+    else:
+        print("\n".join(out.status_lines(status, lease=args.lease, max_lag=args.max_lag)))
+    if problems:
+        raise Unhealthy("unhealthy: " + "; ".join(problems))
+    return 0
+
+
+def _in_queues(status: queries.QueueStatus, matches: Callable[[queries.QueueFigures], bool]) -> str:
+    """Which queues a problem is in (" in queue bot2"), when the status covers several: each
+    bot's relays serve their own queues, so that is where to look."""
+    if len(status.queues) < 2:
+        return ""
+    names = [name for name, figures in status.queues.items() if matches(figures)]
+    if not names:
+        return ""
+    return f" in queue{'s' if len(names) > 1 else ''} {', '.join(names)}"
+
+
+def register(commands: Commands) -> None:
+    listing = commands.add("list", cmd_list, "messages, newest first", json=True)
+    listing.add(
+        "--holat",
+        env="OUTBOX_LIST_HOLAT",
+        default=None,
+        convert=state_name,
+        help="only this state: kutmoqda, bajarilmoqda, bajarildi or xato",
+        metavar="STATE",
+    )
+    listing.add(
+        "--tur",
+        env="OUTBOX_LIST_TUR",
+        default=None,
+        help="only this kind, e.g. eslatma",
+        metavar="KIND",
+    )
+    listing.add(
+        "--limit",
+        env="OUTBOX_LIST_LIMIT",
+        default=DEFAULT_LIST_LIMIT,
+        convert=whole_number(1, MAX_LIST_LIMIT),
+        help=f"at most this many rows (default {DEFAULT_LIST_LIMIT}, at most {MAX_LIST_LIMIT:,})",
+        metavar="N",
+    )
+    add_queue_filter(listing, "only this queue (bot)")
+
+    show = commands.add("show", cmd_show, "one message in full, with its sent marker", json=True)
+    show.add_argument("id", type=message_id, help="the message id")
+
+    replay = commands.add(
+        "replay", cmd_replay, "send failed (xato) messages again: back to kutmoqda", json=True
+    )
+    replay.add_argument("ids", nargs="*", type=message_id, metavar="ID", help="message ids")
+    # No environment twins for these two on purpose: a forgotten variable must never make a
+    # later replay resend sent messages or act on every failure.
+    replay.add_argument(
+        "--force",
+        action="store_true",
+        help="replay even if the key was already sent: it is sent again",
+    )
+    replay.add_argument("--all-failed", action="store_true", help="replay every xato message")
+    replay.add(
+        "--tur",
+        env="OUTBOX_REPLAY_TUR",
+        default=None,
+        help="with --all-failed: only this kind",
+        metavar="KIND",
+    )
+    replay.add(
+        "--since",
+        env="OUTBOX_REPLAY_SINCE",
+        default=None,
+        convert=duration(),
+        help="with --all-failed: only rows that failed within this long, e.g. 1h",
+        metavar="DURATION",
+    )
+    add_queue_filter(replay, "with --all-failed: only this queue (bot)")
+
+    status = commands.add(
+        "status", cmd_status, "health: rows per state, lag, stuck claims", json=True
+    )
+    add_lease(status, "a claim older than this is expired")
+    add_queue_filter(status, "only this queue (bot)")
+    status.add(
+        "--max-lag",
+        env="OUTBOX_MAX_LAG",
+        default=DEFAULT_MAX_LAG,
+        convert=duration(),
+        help=f"exit 8 when the oldest due row is older (default {out.span(DEFAULT_MAX_LAG)})",
+        metavar="DURATION",
+    )
+    status.add(
+        "--max-failed",
+        env="OUTBOX_MAX_FAILED",
+        default=None,
+        convert=whole_number(0, BIGINT_MAX),
+        help="exit 8 when more rows than this are in xato (0: at the first; default: no limit)",
+        metavar="N",
+    )

@@ -1,0 +1,346 @@
+"""``outbox relay``: its settings (each with its range and environment twin), and the relay
+run until stopped, with signals, metrics and a progress line.
+
+A setting out of range is a configuration error (exit 3), refused before anything starts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import faulthandler
+import io
+import logging
+import signal
+import sys
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+from outbox.commands.common import database_url
+from outbox.commands.options import (
+    Commands,
+    Parser,
+    add_lease,
+    add_log_format,
+    duration,
+    flag_bool,
+    number,
+    port,
+    queue_names,
+    whole_number,
+)
+from outbox.config import (
+    DEFAULT_BATCH_SIZE,
+    DEFAULT_CLAIM_AHEAD,
+    DEFAULT_CONCURRENCY,
+    DEFAULT_GRACE,
+    DEFAULT_MARKER_RETENTION,
+    DEFAULT_POLL_INTERVAL,
+    DEFAULT_POLL_ONLY_INTERVAL,
+    DEFAULT_RETENTION,
+    DEFAULT_TELEGRAM_TIMEOUT,
+    MAX_ATTEMPTS,
+    MAX_BATCH_SIZE,
+    MAX_CONCURRENCY,
+    MAX_GROUP_RATE,
+    MAX_RATE,
+    MAX_WAIT,
+    RelayConfig,
+    read_token,
+    telegram_api_url,
+)
+from outbox.errors import ConfigError
+from outbox.ratelimit import RateLimits
+from outbox.retry import RetryPolicy
+from outbox.schema import DEFAULT_QUEUE
+
+if TYPE_CHECKING:
+    from outbox.relay import Relay
+
+__all__ = ["register"]
+
+_LIMITS = RateLimits()
+_RETRY = RetryPolicy()
+
+
+class _QueuesAction(argparse.Action):
+    """--queue a --queue b,c: every name given; flags given replace the environment twin."""
+
+    def __call__(
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,
+        values: Any,
+        option_string: str | None = None,
+    ) -> None:
+        current = getattr(namespace, self.dest)
+        names = list(current) if isinstance(current, list) else []
+        setattr(namespace, self.dest, [*names, *values])
+
+
+def register(commands: Commands) -> None:
+    relay = commands.add(
+        "relay",
+        _cmd_relay,
+        "send due messages to Telegram until stopped",
+        refusal=ConfigError,
+    )
+    _relay_flags(relay)
+    add_log_format(relay)
+
+
+def _relay_flags(parser: Parser) -> None:
+    mode = parser.add_mutually_exclusive_group()
+    mode.add_argument("--once", action="store_true", help="claim and send one batch, then exit")
+    mode.add_argument("--drain", action="store_true", help="exit once nothing is due")
+    parser.add(
+        "--concurrency",
+        env="OUTBOX_CONCURRENCY",
+        default=DEFAULT_CONCURRENCY,
+        convert=whole_number(1, MAX_CONCURRENCY),
+        help=f"sends in flight at once (at most {MAX_CONCURRENCY})",
+    )
+    parser.add(
+        "--batch-size",
+        env="OUTBOX_BATCH_SIZE",
+        default=DEFAULT_BATCH_SIZE,
+        convert=whole_number(1, MAX_BATCH_SIZE),
+        help=f"rows claimed per round trip at most (at most {MAX_BATCH_SIZE})",
+    )
+    parser.add(
+        "--claim-ahead",
+        env="OUTBOX_CLAIM_AHEAD",
+        default=DEFAULT_CLAIM_AHEAD,
+        convert=whole_number(0, MAX_BATCH_SIZE),
+        help="rows claimed beyond the free send slots at most, so a freed slot starts at once",
+    )
+    parser.add(
+        "--poll-only",
+        env="OUTBOX_POLL_ONLY",
+        default=False,
+        convert=flag_bool,
+        nargs="?",
+        const=True,
+        help="no LISTEN/NOTIFY (PgBouncer transaction pooling)",
+    )
+    parser.add(
+        "--poll-interval",
+        env="OUTBOX_POLL_INTERVAL",
+        default=None,
+        convert=duration(MAX_WAIT, positive=True),
+        help="look for due rows at least this often (default 30s, 1s with --poll-only)",
+    )
+    parser.add(
+        "--queue",
+        env="OUTBOX_QUEUES",
+        default=None,
+        convert=queue_names,
+        action=_QueuesAction,
+        dest="queues",
+        help="the queues this relay serves, all of its bot (the token): they share the bot's "
+        "limits and flood pause; repeat or separate with commas (default: default)",
+    )
+    parser.add(
+        "--slot-horizon",
+        env="OUTBOX_SLOT_HORIZON",
+        default=1.0,
+        convert=duration(60, positive=True),
+        help="how far ahead a claim reserves the bot's send slots for its relays",
+    )
+    parser.add(
+        "--rate-limit",
+        env="OUTBOX_RATE_LIMIT",
+        default=_LIMITS.per_bot,
+        convert=number(0, MAX_RATE),
+        help=f"messages/s per bot, for all its relays together (at most {MAX_RATE:g}); "
+        "0 switches it off",
+    )
+    parser.add(
+        "--chat-rate-limit",
+        env="OUTBOX_CHAT_RATE_LIMIT",
+        default=_LIMITS.per_chat,
+        convert=number(0, MAX_RATE),
+        help=f"messages/s per private chat (at most {MAX_RATE:g}); 0: off",
+    )
+    parser.add(
+        "--group-rate-limit",
+        env="OUTBOX_GROUP_RATE_LIMIT",
+        default=_LIMITS.per_group_per_minute,
+        convert=number(0, MAX_GROUP_RATE),
+        help=f"messages/min per group (at most {MAX_GROUP_RATE:g}); 0: off",
+    )
+    parser.add(
+        "--max-attempts",
+        env="OUTBOX_MAX_ATTEMPTS",
+        default=_RETRY.max_attempts,
+        convert=whole_number(1, MAX_ATTEMPTS),
+        help=f"attempts before a row goes to xato (at most {MAX_ATTEMPTS})",
+    )
+    parser.add(
+        "--backoff-base",
+        env="OUTBOX_BACKOFF_BASE",
+        default=_RETRY.base_seconds,
+        convert=duration(MAX_WAIT),
+        help="first retry delay; doubles each attempt",
+    )
+    add_lease(parser, "a claim older than this is reaped")
+    parser.add(
+        "--grace",
+        env="OUTBOX_GRACE",
+        default=DEFAULT_GRACE,
+        convert=duration(MAX_WAIT),
+        help="on SIGTERM, how long in-flight sends may finish (a second SIGTERM: at once)",
+    )
+    parser.add(
+        "--telegram-timeout",
+        env="OUTBOX_TELEGRAM_TIMEOUT",
+        default=DEFAULT_TELEGRAM_TIMEOUT,
+        convert=duration(MAX_WAIT, positive=True),
+        help="how long to wait for the Bot API's answer (no answer: maybe delivered, retried)",
+    )
+    parser.add(
+        "--retention",
+        env="OUTBOX_RETENTION",
+        default=DEFAULT_RETENTION,
+        convert=duration(),
+        help="delete bajarildi rows older than this (0: keep them)",
+    )
+    parser.add(
+        "--marker-retention",
+        env="OUTBOX_MARKER_RETENTION",
+        default=DEFAULT_MARKER_RETENTION,
+        convert=duration(),
+        help="delete sent markers older than this",
+    )
+    parser.add(
+        "--metrics-port",
+        env="OUTBOX_METRICS_PORT",
+        default=0,
+        convert=port,
+        help="serve Prometheus metrics on this port (0: no metrics)",
+    )
+    parser.add(
+        "--metrics-host",
+        env="OUTBOX_METRICS_HOST",
+        default="127.0.0.1",
+        convert=str,
+        help="address the metrics endpoint listens on (0.0.0.0: every interface)",
+    )
+
+
+def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
+    if args.poll_interval is not None:
+        poll_interval = args.poll_interval
+    else:
+        poll_interval = DEFAULT_POLL_ONLY_INTERVAL if args.poll_only else DEFAULT_POLL_INTERVAL
+    return RelayConfig(
+        database_url=url,
+        concurrency=args.concurrency,
+        batch_size=args.batch_size,
+        claim_ahead=args.claim_ahead,
+        poll_only=args.poll_only,
+        poll_interval=poll_interval,
+        lease_seconds=args.lease,
+        grace_seconds=args.grace,
+        telegram_timeout=args.telegram_timeout,
+        retention_seconds=args.retention,
+        marker_retention_seconds=args.marker_retention,
+        retry=RetryPolicy(max_attempts=args.max_attempts, base_seconds=args.backoff_base),
+        queues=tuple(args.queues or (DEFAULT_QUEUE,)),
+        slot_horizon=args.slot_horizon,
+        rate_limits=RateLimits(
+            per_bot=args.rate_limit,
+            per_chat=args.chat_rate_limit,
+            per_group_per_minute=args.group_rate_limit,
+        ),
+    )
+
+
+def _cmd_relay(args: argparse.Namespace) -> int:
+    from outbox.progress import drain_progress, on_terminal  # noqa: PLC0415
+    from outbox.relay import Relay  # noqa: PLC0415 - heavy imports only for the relay
+    from outbox.telegram import TelegramSender  # noqa: PLC0415
+
+    token = read_token()
+    api_url = telegram_api_url()
+    # The settings are checked before the database is named (or an embedded one started): a
+    # refused setting is the only line.
+    settings = _relay_config(args, url="")
+    config = dataclasses.replace(settings, database_url=database_url(args))
+    sender = TelegramSender(
+        token, api_url=api_url, pool_size=config.concurrency, read_timeout=config.telegram_timeout
+    )
+
+    async def run() -> int:
+        relay = Relay(config, sender)
+        _stop_on_signals(relay, grace=config.grace_seconds)
+        try:
+            with _metrics(relay, args):
+                async with relay:
+                    if args.once:
+                        summary = await relay.run_once()
+                    elif args.drain and on_terminal():
+                        progress = drain_progress(
+                            relay, config.database_url, schema=config.schema, stream=sys.stderr
+                        )
+                        async with progress:
+                            summary = await relay.run(drain=True)
+                    else:
+                        summary = await relay.run(drain=args.drain)
+        finally:
+            faulthandler.cancel_dump_traceback_later()
+        print(
+            f"relay stopped: {summary.sent} sent, {summary.already_sent} already sent, "
+            f"{summary.retried} to retry, {summary.failed} failed, "
+            f"{summary.released} released"
+        )
+        return 0
+
+    return asyncio.run(run())
+
+
+# A relay still running this long after its grace period is stuck: it says where.
+_STUCK_AFTER_GRACE = 5.0
+
+
+def _stop_on_signals(relay: Relay, *, grace: float) -> None:
+    """SIGTERM and SIGINT stop the relay (a second one at once, without the rest of the grace);
+    one that then does not stop logs where it is stuck."""
+    loop = asyncio.get_running_loop()
+    armed = False
+
+    def stop() -> None:
+        nonlocal armed
+        relay.stop()
+        if not armed:
+            armed = True
+            stuck_after = grace + _STUCK_AFTER_GRACE
+            # Thread stacks from C, even if the event loop is blocked; task stacks if it is not.
+            faulthandler.dump_traceback_later(stuck_after, exit=False)
+            loop.call_later(stuck_after, _log_task_stacks)
+
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop)
+
+
+def _log_task_stacks() -> None:
+    for task in asyncio.all_tasks():
+        stack = io.StringIO()
+        task.print_stack(file=stack)
+        logging.getLogger("outbox.relay").error("still running after stop: %s", stack.getvalue())
+
+
+@contextlib.contextmanager
+def _metrics(relay: Relay, args: argparse.Namespace) -> Iterator[None]:
+    if not args.metrics_port:
+        yield
+        return
+    from outbox.metrics import MetricsServer  # noqa: PLC0415
+
+    server = MetricsServer(relay, host=args.metrics_host, port=args.metrics_port)
+    try:
+        yield
+    finally:
+        server.close()
