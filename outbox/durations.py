@@ -11,7 +11,7 @@ from outbox.errors import InvalidInput
 __all__ = ["format_duration", "parse_duration"]
 
 _UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d|w)")
+_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h|d|w)")
 # Beyond what a timedelta holds (about 2.7 million years) a duration is a typing mistake; each
 # command also has its own, much lower, maximum (outbox.commands.options).
 _LONGEST = timedelta.max.total_seconds()
@@ -22,6 +22,8 @@ def parse_duration(text: str) -> timedelta:
     raw = text.strip().lower().replace(" ", "")
     if not raw:
         raise InvalidInput("empty duration")
+    if not raw.isascii():  # float() and \d also take other scripts' digits: '٣' is 3
+        raise InvalidInput(f"cannot read duration {text!r}: use e.g. 30s, 5m, 1h30m, 7d")
     try:
         seconds = float(raw)
     except ValueError:

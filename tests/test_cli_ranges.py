@@ -18,6 +18,7 @@ from outbox import schema as outbox_schema
 from outbox.commands.options import duration, message_id, number, whole_number
 from outbox.config import RelayConfig
 from outbox.db import async_connect
+from outbox.durations import parse_duration
 from outbox.errors import ConfigError, InvalidInput
 from outbox.ratelimit import RateLimits
 from reminders.cli import main as reminders_main
@@ -260,3 +261,9 @@ def test_the_prune_count_keeps_the_done_rows_with_retention_0(
 
     assert asyncio.run(count(None)) == 1  # the old marker only
     assert asyncio.run(count(7 * 86400.0)) == 2  # and the done row 8 days old
+
+
+@pytest.mark.parametrize("text", ["\u0663\u0660m", "\u0663", "1h\u0663m"])
+def test_a_duration_takes_only_ascii_digits(text: str) -> None:
+    with pytest.raises(InvalidInput, match="cannot read duration"):
+        parse_duration(text)
