@@ -18,8 +18,8 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 from sqlalchemy.engine import Engine
 
-from outbox import admin_output as out
 from outbox import api, queries
+from outbox import presentation as out
 from outbox.config import DEFAULT_LEASE, DEFAULT_MARKER_RETENTION, DEFAULT_RETENTION
 from outbox.db import (
     async_connect,
@@ -339,9 +339,9 @@ def cmd_reap(args: argparse.Namespace) -> int:
         lambda conn: _reaper(args).run_once(conn),
     )
     if args.json:
-        _print_json(reaped)
+        _print_json(out.reaped_json(reaped))
     else:
-        print(f"reaped: {reaped['kutmoqda']} back to kutmoqda, {reaped['xato']} to xato")
+        print(f"reaped: {out.reaped_text(reaped)}")
     return 0
 
 
@@ -353,11 +353,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "stops a key enqueued again from being sent twice"
         )
     removed = _maintenance(args, lambda conn: _prune(conn, args))
-    done, markers = removed["bajarildi"], removed["yuborilgan"]
+    done, markers = removed.done_rows, removed.markers
     with _database(args) as engine, engine.begin() as conn:
         failed = queries.count_failed(conn, schema=current_schema())
     if args.json:
-        _print_json({"bajarildi": done, "yuborilgan": markers, "xato_kept": failed})
+        _print_json({**out.pruned_json(removed), "xato_kept": failed})
         return 0
     print(
         f"pruned {done} bajarildi rows older than {out.span(args.older_than)} and "
@@ -368,7 +368,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _prune(conn: AsyncConn, args: argparse.Namespace) -> dict[str, int]:
+async def _prune(conn: AsyncConn, args: argparse.Namespace) -> queries.Pruned:
     """The relay's retention step, with a progress line when stderr is a terminal."""
     retention = _retention(args)
     if not on_terminal():

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 
 from outbox.classify import Failure, FailureKind
-from outbox.states import State
+from outbox.states import FailureCode, State
 
 __all__ = ["Decision", "RetryPolicy", "decide"]
 
@@ -36,6 +36,7 @@ class Decision:
     state: State
     delay_seconds: float
     error: str
+    code: FailureCode  # xato_turi: the failure's own, or too_many_attempts when giving up
 
 
 def decide(policy: RetryPolicy, attempts: int, failure: Failure) -> Decision:
@@ -44,8 +45,10 @@ def decide(policy: RetryPolicy, attempts: int, failure: Failure) -> Decision:
     Unauthorized and migrated failures never reach here: the relay releases the row or resends.
     """
     if failure.kind is FailureKind.PERMANENT:
-        return Decision(State.FAILED, 0.0, failure.reason)
+        return Decision(State.FAILED, 0.0, failure.reason, failure.code)
     if attempts >= policy.max_attempts:
-        return Decision(State.FAILED, 0.0, f"{failure.reason} (gave up after {attempts} attempts)")
+        reason = f"{failure.reason} (gave up after {attempts} attempts)"
+        return Decision(State.FAILED, 0.0, reason, FailureCode.TOO_MANY_ATTEMPTS)
     delay = max(policy.backoff(attempts), failure.retry_after)
-    return Decision(State.PENDING, delay, f"{failure.reason}; attempt {attempts} failed")
+    reason = f"{failure.reason}; attempt {attempts} failed"
+    return Decision(State.PENDING, delay, reason, failure.code)

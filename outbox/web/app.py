@@ -22,13 +22,14 @@ from markupsafe import Markup
 from sqlalchemy import Connection
 from sqlalchemy.engine import Engine
 
-from outbox import api, queries
+from outbox import api, queries, vocabulary
 from outbox.db import check_schema_sync, connect_errors, create_engine, redact_url
 from outbox.durations import parse_duration
 from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
 from outbox.queries import Message
 from outbox.redact import redact
 from outbox.schema import DEFAULT_QUEUE, validate_queue
+from outbox.states import State
 from outbox.web import views
 from outbox.web.auth import Guard, check_bind
 
@@ -83,6 +84,7 @@ def _templates() -> jinja2.Environment:
     )
     env.globals.update(
         state_names=views.STATE_NAMES,
+        label=vocabulary.label,
         when=views.when,
         span=views.span,
         chat_of=views.chat_of,
@@ -285,7 +287,8 @@ class _FailedFilter:
         def text(name: str) -> str:
             return str(values.get(name, "")).strip()
 
-        queue = text("navbat") or None
+        # "navbat" is the page's old spelling: addresses saved with it keep working.
+        queue = text("queue") or text("navbat") or None
         if queue is not None:
             try:
                 validate_queue(queue)
@@ -324,7 +327,7 @@ async def index(request: web.Request) -> web.StreamResponse:
             "failed": failed[:FAILED_LIMIT],
             "more_failed": len(failed) > FAILED_LIMIT,
             "kinds": queries.failed_kinds(conn, schema=config.schema),
-            "queues": [name for name, figures in per_queue.items() if figures.counts["xato"]],
+            "queues": [name for name, figures in per_queue.items() if figures.counts[State.FAILED]],
             # Each card names its queue unless the outbox has only the default one (one bot).
             "with_queue": any(queue != DEFAULT_QUEUE for queue in per_queue),
         }
@@ -440,7 +443,7 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
         m=message,
         notice=None,
         refused=views.refusal(result),
-        can_force=result.state == "xato",
+        can_force=result.state == State.FAILED,
     )
 
 

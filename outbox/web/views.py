@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from outbox.admin_output import (
+from outbox.presentation import (
     queue_worth_showing,
     replay_refusal,
     span,
