@@ -42,7 +42,10 @@ class Decision:
 def decide(policy: RetryPolicy, attempts: int, failure: Failure) -> Decision:
     """What happens to a row after its ``attempts``-th claim failed with ``failure``.
 
-    Unauthorized and migrated failures never reach here: the relay releases the row or resends.
+    Unauthorized failures never reach here (the relay releases the row and stops). A migrated
+    failure reaches here only when the resend to the group's new chat migrated again: the
+    relay resends once per attempt, so this one counts as a transient failure, and the retry
+    starts from the chat the group first moved to (written into the payload with the outcome).
     """
     if failure.kind is FailureKind.PERMANENT:
         return Decision(State.FAILED, 0.0, failure.reason, failure.code)

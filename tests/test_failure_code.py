@@ -184,3 +184,27 @@ def test_the_upgrade_takes_an_old_failures_time_from_its_tarix(db_url: str) -> N
         ("c", None, None),
     ]
 
+
+def test_a_group_that_moves_again_during_its_resend_is_retried_at_the_chat_it_moved_to(
+    db_url: str, engine: sa.Engine, fake_telegram: FakeTelegram
+) -> None:
+    """The resend after a migration is answered with a second migration: retry.decide sees a
+    migrated failure and counts it as transient; the retry starts from the first new chat."""
+    _enqueue(engine, "group", -119)
+    fake_telegram.script(-119, Fault.migrate(-100_119))
+    fake_telegram.script(-100_119, Fault.migrate(-200_119), times=2)
+
+    async def drain() -> None:
+        async with make_relay(db_url, fake_telegram, retry=RetryPolicy(base_seconds=0)) as relay:
+            await relay.run(drain=True)
+
+    asyncio.run(drain())
+    with engine.connect() as conn:
+        found = conn.execute(
+            sa.text("SELECT holat, urinish, payload, tarix FROM outbox WHERE kalit = 'group'")
+        ).one()
+    assert (found.holat, found.urinish) == (State.DONE, 2)
+    assert found.payload["chat_id"] == -200_119
+    assert [entry["xato_turi"] for entry in found.tarix] == ["chat_migrated"]
+    assert [d.text for d in fake_telegram.delivered_to(-200_119)] == ["group"]
+    assert fake_telegram.delivered_to(-100_119) == [] == fake_telegram.delivered_to(-119)
