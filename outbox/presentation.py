@@ -25,11 +25,13 @@ from outbox.queries import (
 )
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import State
-from outbox.vocabulary import label, marker_label
+from outbox.vocabulary import entry_key, label, marker_label
 
 span = format_duration  # how every duration is shown to operators
 
 __all__ = [
+    "HEADLINE",
+    "MARKER_LABEL",
     "message_json",
     "message_lines",
     "messages_table",
@@ -169,10 +171,14 @@ def _marker_text(marker: SentMarker) -> str:
     )
 
 
+# What a tarix entry leads with: the failure, or what an operator did.
+HEADLINE = (entry_key("error"), entry_key("event"))
+
+
 def split_history_entry(entry: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
     """A tarix entry as its moment (shown), its attempt and what else it holds."""
     rest = dict(entry)
-    raw_time, attempt = rest.pop("vaqt", None), rest.pop("urinish", None)
+    raw_time, attempt = rest.pop(entry_key("moment"), None), rest.pop(entry_key("attempt"), None)
     try:
         moment = when(datetime.fromisoformat(raw_time)) if raw_time else "-"
     except (TypeError, ValueError):
@@ -185,7 +191,7 @@ def _history_line(entry: Any) -> str:
     if not isinstance(entry, dict):
         return "  " + _plain(entry)  # written by hand
     moment, attempt, rest = split_history_entry(entry)
-    first = [key for key in ("xato", "hodisa") if key in rest]
+    first = [key for key in HEADLINE if key in rest]
     order = first + [key for key in rest if key not in first]
     parts = [f"{key}: {_plain(rest[key])}" for key in order]
     return f"  {moment}  urinish {attempt if attempt is not None else '-'}  " + "; ".join(parts)

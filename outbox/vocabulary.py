@@ -15,11 +15,13 @@ from dataclasses import dataclass
 from outbox.states import State
 
 __all__ = [
+    "HISTORY",
     "MARKER",
     "OUTBOX",
     "STATE_LITERALS",
     "Name",
     "column",
+    "entry_key",
     "label",
     "marker_label",
     "select",
@@ -68,8 +70,21 @@ MARKER: tuple[Name, ...] = (
     _name("sent_at", "yuborilgan_vaqt", "when Telegram accepted it"),
 )
 
+# The fields of a tarix entry, a JSON object each (the statements that append one spell them
+# in SQL; a test holds them to this table).
+HISTORY: tuple[Name, ...] = (
+    _name("moment", "vaqt", "when it happened"),
+    _name("attempt", "urinish", "the row's attempt count then"),
+    _name("error", "xato", "a failure, in words"),
+    _name("error_code", "xato_turi", "a failure as a FailureCode"),
+    _name("event", "hodisa", "what an operator did: replay, replay --force, cancel"),
+    _name("last_error", "oxirgi_xato", "the error a replay cleared"),
+    _name("marker", "yuborilgan", "the sent marker a forced replay removed"),
+)
+
 _BY_PYTHON = {name.python: name for name in OUTBOX}
 _MARKER_BY_PYTHON = {name.python: name for name in MARKER}
+_HISTORY_BY_PYTHON = {name.python: name for name in HISTORY}
 
 # The states as SQL literals, for statements that name a state (``holat = {failed}``).
 STATE_LITERALS: dict[str, str] = {
@@ -92,6 +107,11 @@ def label(python: str) -> str:
 
 def marker_label(python: str) -> str:
     return _MARKER_BY_PYTHON[python].label
+
+
+def entry_key(python: str) -> str:
+    """The key of a tarix entry's field (``entry_key("moment") == "vaqt"``)."""
+    return _HISTORY_BY_PYTHON[python].column
 
 
 def select(alias: str, *names: str, **expressions: str) -> str:

@@ -103,3 +103,16 @@ def test_state_literals_in_sql_come_from_the_states() -> None:
             if name.isupper() and isinstance(value, str):
                 assert not re.search(r"'(kutmoqda|bajarilmoqda|bajarildi)'", value), name
                 assert "holat = 'xato'" not in value, name
+
+
+def test_the_statements_write_tarix_entries_with_the_tables_keys() -> None:
+    keys = {n.column for n in vocabulary.HISTORY}
+    written: set[str] = set()
+    for module in (queries.maintenance, queries.operator, queries.relay):
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str) and "tarix ||" in value:
+                entries = value[value.index("tarix ||") :]
+                # Keys are the plain words before a comma; values are sentences or columns.
+                written |= set(re.findall(r"'([a-z_]+)',", entries))
+    assert written, "no statement appends to tarix?"
+    assert written <= keys, written - keys

@@ -16,7 +16,7 @@ from outbox.payload import UnreadablePayload, read_json
 from outbox.queries._common import SyncConn, _execute
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import FailureCode, State
-from outbox.vocabulary import select
+from outbox.vocabulary import entry_key, select
 
 # --- operator commands ---------------------------------------------------------------------------
 
@@ -64,7 +64,7 @@ def _marker(fields: RowMapping) -> SentMarker | None:
 def _history(text: str) -> list[Any]:
     history = read_json(text)
     if isinstance(history, UnreadablePayload):
-        return [{"xato": f"tarix is unreadable: {history.reason}"}]
+        return [{entry_key("error"): f"tarix is unreadable: {history.reason}"}]
     return history if isinstance(history, list) else [history]
 
 

@@ -67,17 +67,18 @@ EXACT_COUNT_BELOW = 200_000  # rows, by the statistics: above this, estimate
 # One queue's figures. The plain (holat) conditions first keep the partial indexes usable.
 _QUEUE_STATUS = """
 SELECT
-    (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND navbat = :navbat),
-    (SELECT count(*) FROM {outbox} WHERE holat = {in_progress} AND navbat = :navbat),
-    (SELECT count(*) FROM {outbox} WHERE holat = {failed} AND navbat = :navbat),
+    (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND navbat = :navbat) AS pending,
+    (SELECT count(*) FROM {outbox} WHERE holat = {in_progress} AND navbat = :navbat)
+        AS in_progress,
+    (SELECT count(*) FROM {outbox} WHERE holat = {failed} AND navbat = :navbat) AS failed,
     (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
      FROM {outbox} WHERE holat = {pending} AND keyingi_urinish <= now()
-                     AND keyingi_urinish > '-infinity' AND navbat = :navbat),
+                     AND keyingi_urinish > '-infinity' AND navbat = :navbat) AS lag,
     (SELECT count(*) FROM {outbox} WHERE holat = {in_progress} AND navbat = :navbat
         AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
-             OR band_vaqti < now() - make_interval(secs => :lease))),
+             OR band_vaqti < now() - make_interval(secs => :lease))) AS stuck_claims,
     (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND keyingi_urinish = 'infinity'
-        AND navbat = :navbat)
+        AND navbat = :navbat) AS never_due
 """
 
 # The tables' sizes by the planner's statistics: whether done rows and markers are counted.
@@ -91,17 +92,18 @@ SELECT (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass)
 # serves it: pending rows from (navbat, keyingi_urinish, id) alone. Done rows only in a table
 # small enough to count them.
 _STATUS_PER_QUEUE = """
-SELECT navbat,
-       count(*) FILTER (WHERE holat = {pending}),
-       count(*) FILTER (WHERE holat = {in_progress}),
-       count(*) FILTER (WHERE holat = {done}),
-       count(*) FILTER (WHERE holat = {failed}),
+SELECT navbat AS queue,
+       count(*) FILTER (WHERE holat = {pending}) AS pending,
+       count(*) FILTER (WHERE holat = {in_progress}) AS in_progress,
+       count(*) FILTER (WHERE holat = {done}) AS done,
+       count(*) FILTER (WHERE holat = {failed}) AS failed,
        coalesce(extract(epoch FROM now() - min(keyingi_urinish) FILTER (
            WHERE holat = {pending} AND keyingi_urinish <= now()
-             AND keyingi_urinish > '-infinity')), 0)::float8,
+             AND keyingi_urinish > '-infinity')), 0)::float8 AS lag,
        count(*) FILTER (WHERE holat = {in_progress} AND (band_vaqti IS NULL
-           OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease))),
-       count(*) FILTER (WHERE holat = {pending} AND keyingi_urinish = 'infinity')
+           OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease)))
+           AS stuck_claims,
+       count(*) FILTER (WHERE holat = {pending} AND keyingi_urinish = 'infinity') AS never_due
 FROM (
     SELECT navbat, {pending} AS holat, keyingi_urinish, NULL::timestamptz AS band_vaqti
     FROM {outbox} WHERE holat = {pending}
@@ -153,8 +155,9 @@ def queue_status(
             done = max(0, round(outbox_rows) - pending - in_progress - failed)
             estimated.append(State.DONE)
     else:
-        row = _execute(conn, schema, _QUEUE_STATUS, params).one()
-        pending, in_progress, failed, lag, stuck, never_due = row
+        one = _execute(conn, schema, _QUEUE_STATUS, params).one()
+        pending, in_progress, failed = one.pending, one.in_progress, one.failed
+        lag, stuck, never_due = one.lag, one.stuck_claims, one.never_due
         done = _execute(conn, schema, _COUNT_DONE, {"navbat": queue}).scalar_one()
     if marker_rows >= threshold:
         markers = max(0, round(marker_rows))
@@ -188,14 +191,14 @@ def _status_per_queue(
 ) -> dict[str, QueueFigures]:
     rows = _execute(conn, schema, _STATUS_PER_QUEUE, {**params, "count_done": count_done})
     per_queue = {}
-    for queue, pending, in_progress, done, failed, lag, stuck, never_due in rows:
+    for row in rows:
         counts: dict[str, int | None] = {
-            State.PENDING: int(pending),
-            State.IN_PROGRESS: int(in_progress),
-            State.DONE: int(done) if count_done else None,
-            State.FAILED: int(failed),
+            State.PENDING: int(row.pending),
+            State.IN_PROGRESS: int(row.in_progress),
+            State.DONE: int(row.done) if count_done else None,
+            State.FAILED: int(row.failed),
         }
-        per_queue[str(queue)] = QueueFigures(
-            counts, max(float(lag), 0.0), int(stuck), int(never_due)
+        per_queue[str(row.queue)] = QueueFigures(
+            counts, max(float(row.lag), 0.0), int(row.stuck_claims), int(row.never_due)
         )
     return per_queue
