@@ -116,3 +116,42 @@ def test_the_statements_write_tarix_entries_with_the_tables_keys() -> None:
                 written |= set(re.findall(r"'([a-z_]+)',", entries))
     assert written, "no statement appends to tarix?"
     assert written <= keys, written - keys
+
+
+class _Column:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Cursor:
+    def __init__(self, names: list[str]) -> None:
+        self.description = [_Column(name) for name in names]
+
+
+def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> None:
+    values = {
+        "id": 5,
+        "kind": "eslatma",
+        "key": "k5",
+        "payload": '{"chat_id": 1, "text": "x"}',
+        "attempts": 2,
+        "already_sent": True,
+        "claimed_at": None,
+        "wait": 0.25,
+        "queue": "shop",
+        "extra": "a column added to the list",
+    }
+    expected = queries.ClaimedRow(
+        id=5,
+        kind="eslatma",
+        key="k5",
+        payload={"chat_id": 1, "text": "x"},
+        attempts=2,
+        already_sent=True,
+        claimed_at=None,  # type: ignore[arg-type]
+        wait=0.25,
+        queue="shop",
+    )
+    for names in (list(values), list(reversed(values))):
+        make = queries.relay._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
+        assert make([values[name] for name in names]) == expected
