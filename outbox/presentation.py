@@ -36,6 +36,7 @@ __all__ = [
     "message_lines",
     "messages_table",
     "pruned_json",
+    "pruned_text",
     "queue_worth_showing",
     "queues_json",
     "queues_table",
@@ -338,6 +339,11 @@ def reaped_text(reaped: Reaped) -> str:
 
 def reaped_json(reaped: Reaped) -> dict[str, int]:
     return {State.PENDING: reaped.pending, State.FAILED: reaped.failed}
+
+
+def pruned_text(pruned: Pruned) -> str:
+    """The relay's log line for a retention run that deleted something."""
+    return f"{pruned.done_rows} {State.DONE} rows and {pruned.markers} sent markers"
 
 
 def pruned_json(pruned: Pruned) -> dict[str, int]:

@@ -8,7 +8,7 @@ import re
 
 import sqlalchemy as sa
 
-from outbox import api, queries, vocabulary
+from outbox import api, presentation, queries, vocabulary
 from outbox.db import async_connect
 from outbox.queries import operator
 from outbox.queries._common import _sql
@@ -155,3 +155,36 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
     for names in (list(values), list(reversed(values))):
         make = queries.relay._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
         assert make([values[name] for name in names]) == expected
+
+
+def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
+    message = queries.Message(
+        id=1,
+        kind="eslatma",
+        key="k",
+        payload={},
+        state=State.FAILED,
+        attempts=1,
+        next_attempt_at=None,
+        claimed_at=None,
+        last_error="x",
+        history=[],
+        created_at=None,
+        updated_at=None,
+        marker=None,
+    )
+    assert list(presentation.message_json(message)) == [
+        "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "band_vaqti",
+        "oxirgi_xato", "xato_turi", "xato_vaqti", "yaratilgan", "yangilangan", "payload", "tarix",
+        "yuborilgan",
+    ]  # fmt: skip
+    assert presentation.messages_table([message])[0].split() == [
+        "id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato",
+    ]  # fmt: skip
+    reaped = queries.Reaped(pending=2, failed=1)
+    assert presentation.reaped_text(reaped) == "2 back to kutmoqda, 1 to xato"
+    assert presentation.reaped_json(reaped) == {"kutmoqda": 2, "xato": 1}
+    assert not queries.Reaped() and not queries.Pruned()
+    pruned = queries.Pruned(done_rows=3, markers=4)
+    assert presentation.pruned_json(pruned) == {"bajarildi": 3, "yuborilgan": 4}
+    assert presentation.pruned_text(pruned) == "3 bajarildi rows and 4 sent markers"

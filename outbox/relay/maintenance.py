@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from outbox import queries
 from outbox.errors import OutboxError
-from outbox.presentation import reaped_text
+from outbox.presentation import pruned_text, reaped_text
 from outbox.queries import AsyncConn, Pruned, Reaped
 from outbox.relay.connection import DB_LOST, Connection
 
@@ -112,11 +112,7 @@ class Maintenance:
                 # After the round, in short transactions of its own.
                 pruned = await self._retention.run_once(conn)
                 if pruned:
-                    log.info(
-                        "retention: deleted %d bajarildi rows and %d sent markers",
-                        pruned.done_rows,
-                        pruned.markers,
-                    )
+                    log.info("retention: deleted %s", pruned_text(pruned))
         except DB_LOST as err:
             self._connection.lost(err, conn)
             raise
