@@ -32,6 +32,7 @@ span = format_duration  # how every duration is shown to operators
 __all__ = [
     "HEADLINE",
     "MARKER_LABEL",
+    "SHOWN_FIELDS",
     "message_json",
     "message_lines",
     "messages_table",
@@ -143,26 +144,38 @@ def _iso(moment: datetime | None) -> str | None:
 MARKER_LABEL = "yuborilgan"
 
 
+# The fields of a message that `outbox show` and its JSON give, in order, by Python name (the
+# payload, tarix and sent marker follow, shown in a form of their own).
+SHOWN_FIELDS = (
+    "id",
+    "kind",
+    "queue",
+    "key",
+    "state",
+    "attempts",
+    "next_attempt_at",
+    "claimed_at",
+    "last_error",
+    "error_code",
+    "failed_at",
+    "created_at",
+    "updated_at",
+)
+
+
 def message_json(m: Message) -> dict[str, Any]:
-    fields: list[tuple[str, Any]] = [
-        ("id", m.id),
-        ("kind", m.kind),
-        ("queue", m.queue),
-        ("key", m.key),
-        ("state", m.state),
-        ("attempts", m.attempts),
-        ("next_attempt_at", _iso(m.next_attempt_at)),
-        ("claimed_at", _iso(m.claimed_at)),
-        ("last_error", m.last_error),
-        ("error_code", m.error_code),
-        ("failed_at", _iso(m.failed_at)),
-        ("created_at", _iso(m.created_at)),
-        ("updated_at", _iso(m.updated_at)),
+    fields = {
+        label(name): _iso(value) if isinstance(value, datetime) else value
+        for name in SHOWN_FIELDS
+        for value in (getattr(m, name),)
+    }
+    return {
+        **fields,
         # An unreadable payload (nested too deeply for Python) as its JSON text, in a string.
-        ("payload", m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload),
-        ("history", m.history),
-    ]
-    return {**{label(name): value for name, value in fields}, MARKER_LABEL: _marker_json(m.marker)}
+        label("payload"): m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload,
+        label("history"): m.history,
+        MARKER_LABEL: _marker_json(m.marker),
+    }
 
 
 def _marker_text(marker: SentMarker) -> str:
@@ -209,23 +222,15 @@ def _json_text(value: Any, indent: int | None = None) -> str:
         return "(nested too deeply to print)"
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, datetime):
+        return when(value)
+    return "-" if value is None or value == "" else str(value)
+
+
 def message_lines(m: Message) -> list[str]:
-    fields = [
-        (label("id"), str(m.id)),
-        (label("kind"), m.kind),
-        (label("queue"), m.queue),
-        (label("key"), m.key),
-        (label("state"), m.state),
-        (label("attempts"), str(m.attempts)),
-        (label("next_attempt_at"), when(m.next_attempt_at)),
-        (label("claimed_at"), when(m.claimed_at)),
-        (label("last_error"), m.last_error or "-"),
-        (label("error_code"), m.error_code or "-"),
-        (label("failed_at"), when(m.failed_at)),
-        (label("created_at"), when(m.created_at)),
-        (label("updated_at"), when(m.updated_at)),
-        (MARKER_LABEL, "-" if m.marker is None else _marker_text(m.marker)),
-    ]
+    fields = [(label(name), _shown(getattr(m, name))) for name in SHOWN_FIELDS]
+    fields.append((MARKER_LABEL, "-" if m.marker is None else _marker_text(m.marker)))
     lines = [f"{name:<16} {value}" for name, value in fields]
     if isinstance(m.payload, UnreadablePayload):
         lines.append(f"payload          unreadable: {m.payload.reason}")

@@ -36,8 +36,9 @@ class Name:
     meaning: str
 
 
-def _name(python: str, column: str, meaning: str, label: str | None = None) -> Name:
-    return Name(python, column, column if label is None else label, meaning)
+def _name(python: str, column: str, meaning: str) -> Name:
+    # Labelled as the database spells it: what an operator reads is what they type into psql.
+    return Name(python, column, column, meaning)
 
 
 # Every column of the outbox table, in the table's order (a test checks this against the
