@@ -18,10 +18,11 @@ from outbox.api import (
 )
 from outbox.errors import InvalidPayload, OutboxError
 from outbox.schema import configure
-from outbox.states import State
+from outbox.states import FailureCode, State
 
 __all__ = [
     "Enqueued",
+    "FailureCode",
     "InvalidPayload",
     "OutboxError",
     "State",

@@ -18,6 +18,7 @@ from outbox.errors import ConfigError, InvalidInput, InvalidPayload
 from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, send_message_args
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
+from outbox.states import State
 
 if TYPE_CHECKING:
     from outbox.queries import AsyncAppConn
@@ -225,10 +226,10 @@ def failed_messages(
     return queries.list_messages(
         conn,
         schema=resolve_schema(schema),
-        state="xato",
+        state=State.FAILED,
         kind=kind,
         limit=limit,
-        changed_within_seconds=failed_within_seconds,
+        failed_within_seconds=failed_within_seconds,
         queue=queue,
     )
 

@@ -18,6 +18,7 @@ from telegram import error as tg
 from outbox.payload import MalformedPayload
 from outbox.ratelimit import MAX_FLOOD_PAUSE
 from outbox.redact import redact
+from outbox.states import FailureCode
 
 __all__ = ["MAX_FLOOD_PAUSE", "Failure", "FailureKind", "MalformedPayload", "classify"]
 
@@ -36,6 +37,21 @@ class Failure:
     retry_after: float = 0.0  # Telegram's flood-control wait, seconds
     maybe_delivered: bool = False  # the request may have reached Telegram (no answer came)
     new_chat_id: int | None = None
+    code: FailureCode = FailureCode.TRANSIENT  # for xato_turi: what a program tests
+
+
+# Telegram's 403 descriptions for a person who can no longer receive the bot's messages.
+_GONE = ("blocked by the user", "user is deactivated")
+
+
+def _forbidden(message: str) -> FailureCode:
+    lowered = message.lower()
+    return FailureCode.BLOCKED if any(s in lowered for s in _GONE) else FailureCode.FORBIDDEN
+
+
+def _bad_request(message: str) -> FailureCode:
+    found = "chat not found" in message.lower()
+    return FailureCode.CHAT_NOT_FOUND if found else FailureCode.BAD_REQUEST
 
 
 def _retry_after_seconds(err: tg.RetryAfter) -> float:
@@ -67,26 +83,36 @@ def classify(err: BaseException) -> Failure:  # noqa: PLR0911, PLR0912 - one bra
     """Map an exception raised while sending to what the relay should do about it."""
     message = _without_body(redact(str(err))) or type(err).__name__
     if isinstance(err, MalformedPayload):
-        return Failure(FailureKind.PERMANENT, f"malformed payload: {message}")
+        return Failure(
+            FailureKind.PERMANENT, f"malformed payload: {message}", code=FailureCode.BAD_PAYLOAD
+        )
     if isinstance(err, tg.RetryAfter):
         seconds = _retry_after_seconds(err)
         return Failure(
             FailureKind.TRANSIENT,
             f"Telegram flood control (429): retry after {seconds:g} s",
             retry_after=seconds,
+            code=FailureCode.RATE_LIMITED,
         )
     if isinstance(err, tg.ChatMigrated):
         return Failure(
             FailureKind.MIGRATED,
             f"group chat was upgraded to supergroup {err.new_chat_id}",
             new_chat_id=int(err.new_chat_id),
+            code=FailureCode.CHAT_MIGRATED,
         )
     if isinstance(err, tg.InvalidToken):
         return Failure(FailureKind.UNAUTHORIZED, "Telegram rejected the bot token (401/404)")
     if isinstance(err, tg.Forbidden):
-        return Failure(FailureKind.PERMANENT, f"Telegram refused (403): {message}")
+        return Failure(
+            FailureKind.PERMANENT, f"Telegram refused (403): {message}", code=_forbidden(message)
+        )
     if isinstance(err, tg.BadRequest):
-        return Failure(FailureKind.PERMANENT, f"Telegram rejected the message (400): {message}")
+        return Failure(
+            FailureKind.PERMANENT,
+            f"Telegram rejected the message (400): {message}",
+            code=_bad_request(message),
+        )
     if isinstance(err, tg.TimedOut):
         cause = _transport_cause(err)
         if isinstance(cause, httpx.ConnectTimeout | httpx.PoolTimeout):

@@ -6,7 +6,7 @@ import random
 from dataclasses import dataclass
 
 from outbox.classify import Failure, FailureKind
-from outbox.states import State
+from outbox.states import FailureCode, State
 
 __all__ = ["Decision", "RetryPolicy", "decide"]
 
@@ -36,16 +36,22 @@ class Decision:
     state: State
     delay_seconds: float
     error: str
+    code: FailureCode  # xato_turi: the failure's own, or too_many_attempts when giving up
 
 
 def decide(policy: RetryPolicy, attempts: int, failure: Failure) -> Decision:
     """What happens to a row after its ``attempts``-th claim failed with ``failure``.
 
-    Unauthorized and migrated failures never reach here: the relay releases the row or resends.
+    Unauthorized failures never reach here (the relay releases the row and stops). A migrated
+    failure reaches here only when the resend to the group's new chat migrated again: the
+    relay resends once per attempt, so this one counts as a transient failure, and the retry
+    starts from the chat the group first moved to (written into the payload with the outcome).
     """
     if failure.kind is FailureKind.PERMANENT:
-        return Decision(State.FAILED, 0.0, failure.reason)
+        return Decision(State.FAILED, 0.0, failure.reason, failure.code)
     if attempts >= policy.max_attempts:
-        return Decision(State.FAILED, 0.0, f"{failure.reason} (gave up after {attempts} attempts)")
+        reason = f"{failure.reason} (gave up after {attempts} attempts)"
+        return Decision(State.FAILED, 0.0, reason, FailureCode.TOO_MANY_ATTEMPTS)
     delay = max(policy.backoff(attempts), failure.retry_after)
-    return Decision(State.PENDING, delay, f"{failure.reason}; attempt {attempts} failed")
+    reason = f"{failure.reason}; attempt {attempts} failed"
+    return Decision(State.PENDING, delay, reason, failure.code)

@@ -1,10 +1,11 @@
-"""The four states of an outbox row, spelled as the database spells them."""
+"""The values the outbox table holds by name: a row's four states and its failure codes,
+spelled as the database spells them."""
 
 from __future__ import annotations
 
 from enum import StrEnum
 
-__all__ = ["TERMINAL_STATES", "State"]
+__all__ = ["TERMINAL_STATES", "FailureCode", "State"]
 
 
 class State(StrEnum):
@@ -15,3 +16,22 @@ class State(StrEnum):
 
 
 TERMINAL_STATES = frozenset({State.DONE, State.FAILED})
+
+
+class FailureCode(StrEnum):
+    """Why the last attempt failed, as a word a program can test (column ``xato_turi``, and
+    each ``tarix`` entry of a failure); ``oxirgi_xato`` says the same to a person, and its
+    wording may change between versions, these words do not.
+    """
+
+    BLOCKED = "blocked"  # 403: the person blocked the bot or deleted their account
+    FORBIDDEN = "forbidden"  # 403 for another reason (the bot was removed from the group...)
+    CHAT_NOT_FOUND = "chat_not_found"  # 400: Telegram knows no such chat
+    BAD_REQUEST = "bad_request"  # 400 for another reason (text too long, bad markup...)
+    BAD_PAYLOAD = "bad_payload"  # the payload is not a message the relay can send
+    RATE_LIMITED = "rate_limited"  # 429: Telegram's flood control
+    CHAT_MIGRATED = "chat_migrated"  # the group moved again while its resend was under way
+    TRANSIENT = "transient"  # the network, a server error, a timeout: may work later
+    TOO_MANY_ATTEMPTS = "too_many_attempts"  # every attempt was used: failed for good
+    CLAIM_EXPIRED = "claim_expired"  # the relay holding the claim died or hung (the reaper)
+    CANCELLED = "cancelled"  # an operator cancelled the waiting message

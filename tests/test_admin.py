@@ -668,7 +668,7 @@ def test_prune_async_for_the_relay_runs_each_batch_in_its_own_transaction(
         update(engine, row_id, "holat = 'bajarildi', yangilangan = now() - interval '8 days'")
         add_marker(engine, f"done-{i}", age="31 days")
 
-    async def prune() -> dict[str, int]:
+    async def prune() -> queries.Pruned:
         async with await psycopg.AsyncConnection.connect(outbox_db, autocommit=True) as conn:
             return await queries.prune(
                 conn,
@@ -678,5 +678,5 @@ def test_prune_async_for_the_relay_runs_each_batch_in_its_own_transaction(
                 batch_size=2,
             )
 
-    assert asyncio.run(prune()) == {"bajarildi": 3, "yuborilgan": 3}
+    assert asyncio.run(prune()) == queries.Pruned(done_rows=3, markers=3)
     assert markers(engine) == []

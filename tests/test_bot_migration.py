@@ -1,4 +1,5 @@
-"""Revision reminders_0002 goes down and up again; its trigger acts on relay outcomes only."""
+"""The domain's revisions go down and up again; its trigger acts on relay outcomes only, and
+(since reminders_0003) on the failure's code, not its wording."""
 
 from __future__ import annotations
 
@@ -53,11 +54,64 @@ def test_the_trigger_follows_only_a_relays_outcome(db_url: str) -> None:
             "payload = jsonb_set(payload, '{chat_id}', '-1000022') WHERE kalit = 'b'"
         )
         conn.execute(
-            "UPDATE outbox SET holat = 'xato', oxirgi_xato = "
+            "UPDATE outbox SET holat = 'xato', xato_turi = 'blocked', oxirgi_xato = "
             "'Telegram refused (403): Forbidden: bot was blocked by the user' WHERE kalit = 'a'"
         )
         users = conn.execute("SELECT ism, chat_id, faol FROM foydalanuvchi ORDER BY ism").fetchall()
     assert users == [("A", 11, False), ("B", -1000022, True)]
+
+
+def _fail_claimed(conn: psycopg.Connection[tuple[object, ...]], key: str, set_: str) -> None:
+    conn.execute(
+        "INSERT INTO outbox (kalit, payload, holat, band_vaqti) "
+        'VALUES (%s, \'{"chat_id": 11, "text": "x"}\', \'bajarilmoqda\', now())',
+        (key,),
+    )
+    conn.execute(f"UPDATE outbox SET holat = 'xato', {set_} WHERE kalit = %s", (key,))
+
+
+def _active(conn: psycopg.Connection[tuple[object, ...]]) -> object:
+    row = conn.execute("SELECT faol FROM foydalanuvchi").fetchone()
+    assert row is not None
+    return row[0]
+
+
+def test_the_trigger_reads_the_failure_code_not_the_error_text(db_url: str) -> None:
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11)")
+        # The old wording without the code (a 403 for another reason, written so): still active.
+        _fail_claimed(
+            conn,
+            "a",
+            "xato_turi = 'forbidden', "
+            "oxirgi_xato = 'Telegram refused (403): Forbidden: bot was blocked by the user'",
+        )
+        assert _active(conn) is True
+        # The code, in any wording.
+        _fail_claimed(conn, "b", "xato_turi = 'blocked', oxirgi_xato = 'the person is gone'")
+        assert _active(conn) is False
+
+
+def test_down_to_0002_reads_the_text_again_and_up_the_code(db_url: str) -> None:
+    config = migrate._config(db_url, HISTORY, current_schema())
+    command.downgrade(config, "reminders_0002")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11)")
+        _fail_claimed(conn, "a", "xato_turi = 'blocked', oxirgi_xato = 'the person is gone'")
+        assert _active(conn) is True
+        _fail_claimed(
+            conn, "b", "oxirgi_xato = 'Telegram refused (403): Forbidden: user is deactivated'"
+        )
+        assert _active(conn) is False
+    migrate_all(db_url)
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute("UPDATE foydalanuvchi SET faol = true")
+        _fail_claimed(
+            conn, "c", "oxirgi_xato = 'Telegram refused (403): Forbidden: user is deactivated'"
+        )
+        assert _active(conn) is True
+        _fail_claimed(conn, "d", "xato_turi = 'blocked'")
+        assert _active(conn) is False
 
 
 def test_the_trigger_works_with_the_outbox_in_its_own_schema(empty_db_url: str) -> None:
@@ -72,7 +126,7 @@ def test_the_trigger_works_with_the_outbox_in_its_own_schema(empty_db_url: str) 
             (json.dumps({"chat_id": 11, "text": "x"}),),
         )
         conn.execute(
-            "UPDATE jobs.outbox SET holat = 'xato', oxirgi_xato = "
+            "UPDATE jobs.outbox SET holat = 'xato', xato_turi = 'blocked', oxirgi_xato = "
             "'Telegram refused (403): Forbidden: user is deactivated'"
         )
         assert conn.execute("SELECT faol FROM foydalanuvchi").fetchone() == (False,)

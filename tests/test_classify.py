@@ -20,7 +20,7 @@ from telegram.request import HTTPXRequest
 
 from outbox.classify import Failure, FailureKind, MalformedPayload, classify
 from outbox.retry import RetryPolicy, decide
-from outbox.states import State
+from outbox.states import FailureCode, State
 from outbox.telegram import send_message_args
 from tests.conftest import TEST_TOKEN
 
@@ -92,6 +92,7 @@ def test_429_is_transient_with_retry_after() -> None:
     failure = classified(answer(429, body, {"Retry-After": "35"}))
     assert failure.kind is FailureKind.TRANSIENT
     assert failure.retry_after == 35.0
+    assert failure.code is FailureCode.RATE_LIMITED
     assert not failure.maybe_delivered
     assert failure.reason == "Telegram flood control (429): retry after 35 s"
 
@@ -117,6 +118,7 @@ def test_group_upgraded_to_supergroup_is_a_migration() -> None:
     )
     assert failure.kind is FailureKind.MIGRATED
     assert failure.new_chat_id == -1001234567890
+    assert failure.code is FailureCode.CHAT_MIGRATED
 
 
 @pytest.mark.parametrize("status", [401, 404])
@@ -126,21 +128,39 @@ def test_rejected_token_stops_the_relay_not_the_row(status: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("status", "description", "expected"),
+    ("status", "description", "expected", "code"),
     [
-        (403, "Forbidden: bot was blocked by the user", "bot was blocked by the user"),
-        (403, "Forbidden: user is deactivated", "user is deactivated"),
-        (403, "Forbidden: bot was kicked from the group chat", "kicked from the group chat"),
-        (403, "Forbidden: bot can't initiate conversation with a user", "can't initiate"),
-        (400, "Bad Request: chat not found", "chat not found"),
-        (400, "Bad Request: message is too long", "message is too long"),
-        (400, "Bad Request: can't parse entities: Unsupported start tag", "can't parse entities"),
-        (400, "Bad Request: message text is empty", "message text is empty"),
+        (403, "Forbidden: bot was blocked by the user", "bot was blocked by the user", "blocked"),
+        (403, "Forbidden: user is deactivated", "user is deactivated", "blocked"),
+        (
+            403,
+            "Forbidden: bot was kicked from the group chat",
+            "kicked from the group chat",
+            "forbidden",
+        ),
+        (
+            403,
+            "Forbidden: bot can't initiate conversation with a user",
+            "can't initiate",
+            "forbidden",
+        ),
+        (400, "Bad Request: chat not found", "chat not found", "chat_not_found"),
+        (400, "Bad Request: message is too long", "message is too long", "bad_request"),
+        (
+            400,
+            "Bad Request: can't parse entities: Unsupported start tag",
+            "can't parse entities",
+            "bad_request",
+        ),
+        (400, "Bad Request: message text is empty", "message text is empty", "bad_request"),
     ],
 )
-def test_refusals_are_permanent_and_say_why(status: int, description: str, expected: str) -> None:
+def test_refusals_are_permanent_and_say_why(
+    status: int, description: str, expected: str, code: str
+) -> None:
     failure = classified(error(status, description))
     assert failure.kind is FailureKind.PERMANENT
+    assert failure.code == code
     assert f"({status})" in failure.reason
     # python-telegram-bot strips "Bad Request: " and re-capitalises: match case-insensitively.
     assert expected in failure.reason.lower()
@@ -248,17 +268,23 @@ def test_unusable_payload_is_permanent(payload: dict[str, Any]) -> None:
     failure = classify(caught.value)
     assert failure.kind is FailureKind.PERMANENT
     assert failure.reason.startswith("malformed payload: ")
+    assert failure.code is FailureCode.BAD_PAYLOAD
 
 
 def test_any_other_error_is_transient() -> None:
     assert classify(RuntimeError("surprise")).kind is FailureKind.TRANSIENT
+    assert classify(RuntimeError("surprise")).code is FailureCode.TRANSIENT
     assert classify(ValueError()).reason == "unexpected error while sending: ValueError"
 
 
 # --- the retry policy ------------------------------------------------------------------------
 
 TRANSIENT = Failure(FailureKind.TRANSIENT, "Telegram server error: Internal Server Error")
-PERMANENT = Failure(FailureKind.PERMANENT, "Telegram refused (403): bot was blocked by the user")
+PERMANENT = Failure(
+    FailureKind.PERMANENT,
+    "Telegram refused (403): bot was blocked by the user",
+    code=FailureCode.BLOCKED,
+)
 
 
 def flood(seconds: float) -> Failure:
@@ -273,14 +299,16 @@ def test_lesson_schedule_two_then_four_seconds_then_xato() -> None:
     assert third.state is State.FAILED
     assert third.error == f"{TRANSIENT.reason} (gave up after 3 attempts)"
     assert first.error == f"{TRANSIENT.reason}; attempt 1 failed"
+    assert (first.code, third.code) == (FailureCode.TRANSIENT, FailureCode.TOO_MANY_ATTEMPTS)
 
 
 def test_permanent_failure_is_xato_at_the_first_attempt() -> None:
     decision = decide(RetryPolicy(), 1, PERMANENT)
-    assert (decision.state, decision.delay_seconds, decision.error) == (
+    assert (decision.state, decision.delay_seconds, decision.error, decision.code) == (
         State.FAILED,
         0.0,
         PERMANENT.reason,
+        FailureCode.BLOCKED,
     )
 
 

@@ -402,14 +402,14 @@ def test_an_expired_claim_counts_only_for_a_row_its_relay_held_alone(
             f"UPDATE outbox SET {claimed.replace('= 2', '= 3')} WHERE kalit = 'e'"
         )
 
-    async def reap() -> dict[str, int]:
+    async def reap() -> queries.Reaped:
         conn = await async_connect(db_url)
         try:
             return await queries.reap_stale(conn, schema="public", lease_seconds=60, max_attempts=3)
         finally:
             await conn.close()
 
-    assert asyncio.run(reap()) == {"kutmoqda": 4, "xato": 1}
+    assert asyncio.run(reap()) == queries.Reaped(pending=4, failed=1)
     for key in "abc":
         found = row(engine, key, plain=True)
         assert (found["holat"], found["urinish"]) == ("kutmoqda", 1), key

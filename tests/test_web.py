@@ -160,7 +160,7 @@ def test_with_several_queues_each_failure_names_its_queue_and_the_list_filters_b
     assert cards(body) == {shop: "shop_bot", plain: "default"}
     # The overview counts each queue, and each queue's name leads to its failures.
     assert re.search(
-        r'<tr data-queue="shop_bot">\s*<td><a href="/\?navbat=shop_bot"[^>]*>shop_bot</a></td>\s*'
+        r'<tr data-queue="shop_bot">\s*<td><a href="/\?queue=shop_bot"[^>]*>shop_bot</a></td>\s*'
         r'<td class="num" data-queue-count="kutmoqda">1</td>.*?'
         r'<td class="num" data-queue-count="xato">1</td>',
         body,
@@ -168,12 +168,14 @@ def test_with_several_queues_each_failure_names_its_queue_and_the_list_filters_b
     ), body
     assert '<option value="shop_bot">shop_bot</option>' in body
 
-    filtered = page.get("/?navbat=shop_bot").body
+    filtered = page.get("/?queue=shop_bot").body
     assert cards(filtered) == {shop: "shop_bot"}
     assert '<option value="shop_bot" selected>shop_bot</option>' in filtered
-    assert '<input type="hidden" name="navbat" value="shop_bot">' in filtered  # the bulk replay
-    assert "No failed messages match this filter" in page.get("/?navbat=other_bot").body
-    wrong = page.get("/?navbat=no%20such")
+    assert '<input type="hidden" name="queue" value="shop_bot">' in filtered  # the bulk replay
+    # The page's old spelling of the filter, in addresses saved before, still filters.
+    assert cards(page.get("/?navbat=shop_bot").body) == {shop: "shop_bot"}
+    assert "No failed messages match this filter" in page.get("/?queue=other_bot").body
+    wrong = page.get("/?queue=no%20such")
     assert wrong.status == 400 and "queue name &#39;no such&#39; is not usable" in wrong.body
 
     assert page.get("/part/overview").body.count("<tr data-queue=") == 2
@@ -190,7 +192,7 @@ def test_a_selection_by_queue_replays_only_that_queues_failures(
     ]
     add_message(engine, "plain", state="xato", error="x")
     token = page.csrf()
-    listed = page.post("/replay", {"csrf": token, "tur": "", "navbat": "shop_bot", "since": ""})
+    listed = page.post("/replay", {"csrf": token, "tur": "", "queue": "shop_bot", "since": ""})
     assert listed.status == 200 and "Replay 2 failed messages?" in listed.body
     assert "navbat shop_bot" in listed.body
     assert "<th>navbat</th>" in listed.body and "<td>shop_bot</td>" in listed.body
@@ -209,7 +211,7 @@ def test_with_the_default_queue_alone_the_page_says_nothing_of_queues(
     add_message(engine, "waiting")
     body = page.get("/").body
     assert cards(body) == {failed: ""}
-    assert "data-queue" not in body and 'name="navbat"' not in body.split('class="bulk"')[0]
+    assert "data-queue" not in body and 'name="queue"' not in body.split('class="bulk"')[0]
     assert "<th>navbat</th>" not in page.get("/search?q=plain").body
 
 

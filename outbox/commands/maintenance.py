@@ -10,7 +10,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from outbox import admin_output as out
+from outbox import presentation as out
 from outbox import queries
 from outbox.commands.common import database_url, open_database, print_json, run_async
 from outbox.commands.options import Commands, add_lease, duration, whole_number
@@ -66,9 +66,9 @@ def cmd_reap(args: argparse.Namespace) -> int:
         lambda conn: _reaper(args).run_once(conn),
     )
     if args.json:
-        print_json(reaped)
+        print_json(out.reaped_json(reaped))
     else:
-        print(f"reaped: {reaped['kutmoqda']} back to kutmoqda, {reaped['xato']} to xato")
+        print(f"reaped: {out.reaped_text(reaped)}")
     return 0
 
 
@@ -81,11 +81,11 @@ def cmd_prune(args: argparse.Namespace) -> int:
             "stops a key enqueued again from being sent twice"
         )
     removed = run_async(args, lambda conn: _prune(conn, args))
-    done, markers = removed["bajarildi"], removed["yuborilgan"]
+    done, markers = removed.done_rows, removed.markers
     with open_database(args) as engine, engine.begin() as conn:
         failed = queries.count_failed(conn, schema=current_schema())
     if args.json:
-        print_json({"bajarildi": done, "yuborilgan": markers, "xato_kept": failed})
+        print_json({**out.pruned_json(removed), "xato_kept": failed})
         return 0
     markers_line = f"{markers} sent markers older than {out.span(args.markers_older_than)}"
     if keep_done:
@@ -100,7 +100,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
     return 0
 
 
-async def _prune(conn: AsyncConn, args: argparse.Namespace) -> dict[str, int]:
+async def _prune(conn: AsyncConn, args: argparse.Namespace) -> queries.Pruned:
     """The relay's retention step, with a progress line when stderr is a terminal."""
     retention = _retention(args)
     if not on_terminal():

@@ -11,8 +11,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Callable
 
-from outbox import admin_output as out
 from outbox import api, queries
+from outbox import presentation as out
 from outbox.commands.common import complain, open_database, print_json
 from outbox.commands.options import (
     BIGINT_MAX,

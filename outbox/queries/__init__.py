@@ -31,6 +31,8 @@ from outbox.queries._common import (
 )
 from outbox.queries.app import cancel, enqueue, update_pending
 from outbox.queries.maintenance import (
+    Pruned,
+    Reaped,
     count_prunable,
     forget_idle_chats,
     prune,
@@ -76,9 +78,11 @@ __all__ = [
     "ClaimedRow",
     "Message",
     "Outcome",
+    "Pruned",
     "QueueFigures",
     "QueueStatus",
     "QueueTiming",
+    "Reaped",
     "ReplayResult",
     "SentMarker",
     "SyncConn",

@@ -8,7 +8,9 @@ Two kinds of caller, two placeholder styles:
 * the relay's hot path runs on its own psycopg async connections with ``%(name)s``.
 
 Every statement names its tables through ``{outbox}`` and ``{yuborilgan}``, filled in once per
-schema (see ``outbox.schema``): ``_sql`` and ``_text`` here, cached once for the package.
+schema (see ``outbox.schema``): ``_sql`` and ``_text`` here, cached once for the package. A
+state is written ``{pending}``, ``{in_progress}``, ``{done}`` or ``{failed}``: the literal comes
+from ``outbox.states.State``, the one spelling of the states.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from outbox.schema import notify_channel, pause_channel
+from outbox.vocabulary import STATE_LITERALS
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -43,6 +46,7 @@ def _sql(template: str, schema: str) -> str:
         chat_navbati=f'"{schema}".chat_navbati',
         notify_channel=notify_channel(schema),
         pause_channel=pause_channel(schema),
+        **STATE_LITERALS,
     )
 
 

@@ -63,7 +63,7 @@ def enqueue(
 # (still_claimed). Failed rows go so that a later bulk replay cannot send a withdrawn message.
 _CANCEL = """
 DELETE FROM {outbox}
-WHERE kalit = ANY(CAST(:keys AS text[])) AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
+WHERE kalit = ANY(CAST(:keys AS text[])) AND holat IN ({pending}, {in_progress}, {failed})
 """
 
 
@@ -80,7 +80,7 @@ def cancel(*, schema: str, keys: Sequence[str]) -> Steps:
 # new text.
 _UPDATE_PENDING = """
 UPDATE {outbox} SET payload = CAST(:payload AS jsonb), yangilangan = now()
-WHERE kalit = :kalit AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato')
+WHERE kalit = :kalit AND holat IN ({pending}, {in_progress}, {failed})
 """
 
 

@@ -7,9 +7,34 @@ The relay runs them every round (``outbox.relay.maintenance``); ``outbox reap`` 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from outbox.queries._common import AsyncConn, _sql
 from outbox.schema import maintenance_lock_key
+from outbox.states import FailureCode, State
+
+
+@dataclass(frozen=True, slots=True)
+class Reaped:
+    """What one reaper round did with the expired claims it found."""
+
+    pending: int = 0  # back to kutmoqda, to be claimed again
+    failed: int = 0  # to xato: their attempts were used up
+
+    def __bool__(self) -> bool:
+        return bool(self.pending or self.failed)
+
+
+@dataclass(frozen=True, slots=True)
+class Pruned:
+    """What one retention run deleted."""
+
+    done_rows: int = 0  # bajarildi rows of the outbox table
+    markers: int = 0  # sent markers (yuborilgan)
+
+    def __bool__(self) -> bool:
+        return bool(self.done_rows or self.markers)
+
 
 # A transaction-level lock: it ends with the round's transaction, so it works through PgBouncer
 # in transaction pooling and cannot outlive a relay that dies mid-round. A relay that hangs
@@ -36,16 +61,18 @@ async def try_maintenance_lock(conn: AsyncConn, *, schema: str, idle_seconds: fl
 # next time (see _CLAIM_DUE in outbox.queries.relay), so that a poison row narrows down to
 # itself. egasi stays on a reaped row until its next claim: the rows of one dead process are
 # counted together even when their claims expire in different rounds.
+# The row's attempts are used up and it was held alone: it goes to xato.
+_GIVES_UP = "(NOT r.shared AND o.urinish >= %(max_attempts)s)"
 _REAP_STALE = """
 WITH expired AS (
     SELECT id, egasi FROM {outbox}
-    WHERE holat = 'bajarilmoqda'
+    WHERE holat = {in_progress}
       AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
            OR band_vaqti < now() - make_interval(secs => %(lease)s))
 ),
 held AS (
     SELECT egasi, count(*) AS rows FROM {outbox}
-    WHERE egasi IN (SELECT egasi FROM expired) AND holat IN ('bajarilmoqda', 'kutmoqda')
+    WHERE egasi IN (SELECT egasi FROM expired) AND holat IN ({in_progress}, {pending})
     GROUP BY egasi
 ),
 r AS (
@@ -53,8 +80,7 @@ r AS (
     FROM expired e LEFT JOIN held h USING (egasi)
 )
 UPDATE {outbox} o
-SET holat = CASE WHEN NOT r.shared AND o.urinish >= %(max_attempts)s THEN 'xato'
-                 ELSE 'kutmoqda' END,
+SET holat = CASE WHEN {gives_up} THEN {failed} ELSE {pending} END,
     urinish = CASE WHEN r.shared THEN greatest(o.urinish - 1, 0) ELSE o.urinish END,
     yakka = true,
     keyingi_urinish = now(),
@@ -62,30 +88,36 @@ SET holat = CASE WHEN NOT r.shared AND o.urinish >= %(max_attempts)s THEN 'xato'
     oxirgi_xato = CASE
         WHEN r.shared THEN 'claim expired after ' || %(lease)s || ' s while its relay held '
             || r.rows || ' rows (relay died or hung); retrying alone, attempt not counted'
-        WHEN o.urinish >= %(max_attempts)s
+        WHEN {gives_up}
         THEN 'claim expired after ' || %(lease)s || ' s and all attempts are used up'
         ELSE 'claim expired after ' || %(lease)s || ' s (relay died or hung); retrying' END,
+    xato_turi = CASE WHEN {gives_up} THEN %(too_many)s ELSE %(expired)s END,
+    xato_vaqti = CASE WHEN {gives_up} THEN now() END,
     tarix = o.tarix || jsonb_build_array(jsonb_build_object(
-        'vaqt', now(), 'urinish', o.urinish, 'xato', 'claim expired (reaped)')),
+        'vaqt', now(), 'urinish', o.urinish, 'xato', 'claim expired (reaped)',
+        'xato_turi', CASE WHEN {gives_up} THEN %(too_many)s ELSE %(expired)s END)),
     yangilangan = now()
 FROM r
-WHERE o.id = r.id AND o.holat = 'bajarilmoqda'
+WHERE o.id = r.id AND o.holat = {in_progress}
   AND (o.band_vaqti IS NULL OR o.band_vaqti = 'infinity'
        OR o.band_vaqti < now() - make_interval(secs => %(lease)s))
-RETURNING o.holat
-"""
+RETURNING o.holat AS state
+""".replace("{gives_up}", _GIVES_UP)
 
 
 async def reap_stale(
     conn: AsyncConn, *, schema: str, lease_seconds: float, max_attempts: int
-) -> dict[str, int]:
-    """Return expired claims to the queue (or to xato); counts per new state."""
-    params = {"lease": float(lease_seconds), "max_attempts": max_attempts}
+) -> Reaped:
+    """Return expired claims to the queue (or to xato); how many went where."""
+    params = {
+        "lease": float(lease_seconds),
+        "max_attempts": max_attempts,
+        "too_many": FailureCode.TOO_MANY_ATTEMPTS.value,
+        "expired": FailureCode.CLAIM_EXPIRED.value,
+    }
     cursor = await conn.execute(_sql(_REAP_STALE, schema), params)
-    counts = {"kutmoqda": 0, "xato": 0}
-    for (state,) in await cursor.fetchall():
-        counts[state] += 1
-    return counts
+    states = [state for (state,) in await cursor.fetchall()]
+    return Reaped(pending=states.count(State.PENDING), failed=states.count(State.FAILED))
 
 
 # Chats whose next free moment is long past are forgotten (run with the reaper, every minute):
@@ -108,11 +140,11 @@ _PRUNE_DONE = """
 DELETE FROM {outbox}
 WHERE id IN (
     SELECT id FROM {outbox}
-    WHERE holat = 'bajarildi' AND yangilangan < now() - make_interval(secs => %(older_than)s)
+    WHERE holat = {done} AND yangilangan < now() - make_interval(secs => %(older_than)s)
     ORDER BY yangilangan
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
-) AND holat = 'bajarildi'
+) AND holat = {done}
 """
 
 # A marker outlives its row: it stops a re-enqueued key from being sent twice. It is kept while
@@ -122,7 +154,7 @@ DELETE FROM {yuborilgan}
 WHERE kalit IN (
     SELECT y.kalit FROM {yuborilgan} y
     WHERE y.yuborilgan_vaqt < now() - make_interval(secs => %(older_than)s)
-      AND NOT EXISTS (SELECT 1 FROM {outbox} o WHERE o.kalit = y.kalit AND o.holat <> 'bajarildi')
+      AND NOT EXISTS (SELECT 1 FROM {outbox} o WHERE o.kalit = y.kalit AND o.holat <> {done})
     ORDER BY y.yuborilgan_vaqt
     LIMIT %(batch)s
     FOR UPDATE SKIP LOCKED
@@ -138,39 +170,42 @@ async def prune(
     markers_older_than_seconds: float,
     batch_size: int,
     on_batch: Callable[[int], None] | None = None,
-) -> dict[str, int]:
+) -> Pruned:
     """Retention (relay maintenance, ``outbox prune``): batch after batch, each in its own
     short transaction so a long delete neither locks the table nor bloats it, until one comes
     up short. Returns how many done rows and markers went; ``on_batch`` hears each batch's
     count (a progress line). ``done_older_than_seconds`` None keeps every done row."""
-    removed = {"bajarildi": 0, "yuborilgan": 0}
-    steps = (
-        ("bajarildi", _PRUNE_DONE, done_older_than_seconds),
-        ("yuborilgan", _PRUNE_MARKERS, markers_older_than_seconds),
-    )
-    for name, statement, older_than in steps:
+    removed = []
+    for statement, older_than in (
+        (_PRUNE_DONE, done_older_than_seconds),
+        (_PRUNE_MARKERS, markers_older_than_seconds),
+    ):
         if older_than is None:
+            removed.append(0)
             continue
         params = {"older_than": float(older_than), "batch": batch_size}
+        total = 0
         while True:
             async with conn.transaction():
                 n = (await conn.execute(_sql(statement, schema), params)).rowcount
-            removed[name] += n
+            total += n
             if on_batch is not None:
                 on_batch(n)
             if n < batch_size:
                 break
-    return removed
+        removed.append(total)
+    done_rows, markers = removed
+    return Pruned(done_rows=done_rows, markers=markers)
 
 
 _COUNT_PRUNABLE = """
 SELECT
     (SELECT count(*) FROM {outbox}
-     WHERE holat = 'bajarildi' AND yangilangan < now() - make_interval(secs => %(done)s)),
+     WHERE holat = {done} AND yangilangan < now() - make_interval(secs => %(done)s)),
     (SELECT count(*) FROM {yuborilgan} y
      WHERE y.yuborilgan_vaqt < now() - make_interval(secs => %(markers)s)
        AND NOT EXISTS (SELECT 1 FROM {outbox} o
-                       WHERE o.kalit = y.kalit AND o.holat <> 'bajarildi'))
+                       WHERE o.kalit = y.kalit AND o.holat <> {done}))
 """
 
 

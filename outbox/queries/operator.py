@@ -10,9 +10,13 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from sqlalchemy import Row, RowMapping
+
 from outbox.payload import UnreadablePayload, read_json
 from outbox.queries._common import SyncConn, _execute
 from outbox.schema import DEFAULT_QUEUE
+from outbox.states import FailureCode, State
+from outbox.vocabulary import entry_key, select
 
 # --- operator commands ---------------------------------------------------------------------------
 
@@ -44,53 +48,66 @@ class Message:
     updated_at: datetime | None
     marker: SentMarker | None
     queue: str = DEFAULT_QUEUE  # navbat: the bot that sends it
+    error_code: str | None = None  # xato_turi: a FailureCode; None before outbox_0004
+    failed_at: datetime | None = None  # xato_vaqti: when it went to xato (failed rows only)
 
 
-def _marker(chat_id: Any, message_id: Any, sent_at: Any) -> SentMarker | None:
-    return None if message_id is None else SentMarker(int(chat_id), int(message_id), sent_at)
+def _marker(fields: RowMapping) -> SentMarker | None:
+    """The sent marker of a row read with ``_MARKER_COLUMNS`` (None without one)."""
+    if fields["marker_message_id"] is None:
+        return None
+    return SentMarker(
+        int(fields["marker_chat_id"]), int(fields["marker_message_id"]), fields["marker_sent_at"]
+    )
 
 
 def _history(text: str) -> list[Any]:
     history = read_json(text)
     if isinstance(history, UnreadablePayload):
-        return [{"xato": f"tarix is unreadable: {history.reason}"}]
+        return [{entry_key("error"): f"tarix is unreadable: {history.reason}"}]
     return history if isinstance(history, list) else [history]
 
 
-def _message(row: Sequence[Any]) -> Message:
-    (
-        row_id, kind, queue, key, payload, state, attempts, run_at, claimed_at, error, history,
-        created_at, updated_at, *marker,
-    ) = row  # fmt: skip
+def _message(row: Row[Any]) -> Message:
+    """A row of ``_MESSAGE_COLUMNS``, read by name: the select list's order does not matter."""
+    fields = row._mapping
     return Message(
-        id=row_id,
-        kind=kind,
-        key=key,
-        payload=read_json(payload),
-        state=state,
-        attempts=attempts,
-        next_attempt_at=run_at,
-        claimed_at=claimed_at,
-        last_error=error,
-        history=_history(history),
-        created_at=created_at,
-        updated_at=updated_at,
-        marker=_marker(*marker),
-        queue=queue,
+        id=fields["id"],
+        kind=fields["kind"],
+        key=fields["key"],
+        payload=read_json(fields["payload"]),
+        state=fields["state"],
+        attempts=fields["attempts"],
+        next_attempt_at=fields["next_attempt_at"],
+        claimed_at=fields["claimed_at"],
+        last_error=fields["last_error"],
+        history=_history(fields["history"]),
+        created_at=fields["created_at"],
+        updated_at=fields["updated_at"],
+        marker=_marker(fields),
+        queue=fields["queue"],
+        error_code=fields["error_code"],
+        failed_at=fields["failed_at"],
     )
 
 
-def _finite(column: str) -> str:
-    return f"CASE WHEN isfinite({column}) THEN {column} END"
+# Times as NULL where the row holds +-infinity (see Message).
+_FINITE = "CASE WHEN isfinite({0}) THEN {0} END"
 
+# The key's sent marker, from ``y`` (yuborilgan joined on the key).
+_MARKER_COLUMNS = """y.chat_id AS marker_chat_id, y.message_id AS marker_message_id,
+    y.yuborilgan_vaqt AS marker_sent_at"""
+
+# When a failed row failed: xato_vaqti, or for a row put in xato by hand, its last change.
+_FAILED_AT = "CASE WHEN o.holat = {failed} THEN coalesce(o.xato_vaqti, o.yangilangan) END"
 
 # Payload and tarix come as text, decoded with a fallback (read_json): any row can be shown.
 _MESSAGE_COLUMNS = f"""
-    o.id, o.tur, o.navbat, o.kalit, o.payload::text, o.holat, o.urinish,
-    {_finite("o.keyingi_urinish")}, {_finite("o.band_vaqti")}, o.oxirgi_xato, o.tarix::text,
-    {_finite("o.yaratilgan")}, {_finite("o.yangilangan")}, y.chat_id, y.message_id,
-    y.yuborilgan_vaqt
-"""
+    {select("o", "id", "kind", "queue", "key", "state", "attempts", "last_error", "error_code",
+            payload="{}::text", history="{}::text", next_attempt_at=_FINITE,
+            claimed_at=_FINITE, created_at=_FINITE, updated_at=_FINITE, failed_at=_FINITE)},
+    {_MARKER_COLUMNS}
+"""  # fmt: skip
 
 _LIST_MESSAGES = f"""
 SELECT {_MESSAGE_COLUMNS}
@@ -98,7 +115,7 @@ FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE (CAST(:holat AS text) IS NULL OR o.holat = CAST(:holat AS text))
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
-  AND (CAST(:since AS float8) IS NULL OR o.yangilangan >= now() - make_interval(secs => :since))
+  AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id DESC
 LIMIT :limit
 """
@@ -111,16 +128,17 @@ def list_messages(
     state: str | None = None,
     kind: str | None = None,
     limit: int = 50,
-    changed_within_seconds: float | None = None,
+    failed_within_seconds: float | None = None,
     queue: str | None = None,
 ) -> list[Message]:
-    """Newest first, optionally only one state and/or kind and/or queue, and/or changed (for a
-    failed row: failed) within the last ``changed_within_seconds``."""
+    """Newest first, optionally only one state and/or kind and/or queue, and/or failed (gone
+    to xato, ``xato_vaqti``) within the last ``failed_within_seconds``: only failed rows then.
+    """
     params = {
         "holat": state,
         "tur": kind,
         "limit": limit,
-        "since": changed_within_seconds,
+        "since": failed_within_seconds,
         "navbat": queue,
     }
     return [_message(row) for row in _execute(conn, schema, _LIST_MESSAGES, params).fetchall()]
@@ -151,21 +169,21 @@ class ReplayResult:
 # claimed rows, but a second operator may replay the same rows at the same time: they wait
 # here, then see the row pending and are refused). Locking in id order avoids deadlocks
 # between two bulk replays.
-_LOCK_FOR_REPLAY = """
-SELECT o.id, o.holat, y.chat_id, y.message_id, y.yuborilgan_vaqt
-FROM {outbox} o LEFT JOIN {yuborilgan} y ON y.kalit = o.kalit
+_LOCK_FOR_REPLAY = f"""
+SELECT o.id AS id, o.holat AS state, {_MARKER_COLUMNS}
+FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE o.id = ANY(CAST(:ids AS bigint[]))
 ORDER BY o.id
 FOR UPDATE OF o
 """
 
-_LOCK_FAILED_FOR_REPLAY = """
-SELECT o.id, o.holat, y.chat_id, y.message_id, y.yuborilgan_vaqt
-FROM {outbox} o LEFT JOIN {yuborilgan} y ON y.kalit = o.kalit
-WHERE o.holat = 'xato'
+_LOCK_FAILED_FOR_REPLAY = f"""
+SELECT o.id AS id, o.holat AS state, {_MARKER_COLUMNS}
+FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
+WHERE o.holat = {{failed}}
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
-  AND (CAST(:since AS float8) IS NULL OR o.yangilangan >= now() - make_interval(secs => :since))
+  AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id
 FOR UPDATE OF o
 """
@@ -177,22 +195,25 @@ FOR UPDATE OF o
 _REPLAY = """
 WITH replayed AS (
     UPDATE {outbox} o
-    SET holat = 'kutmoqda',
+    SET holat = {pending},
         urinish = 0,
         keyingi_urinish = now(),
         band_vaqti = NULL,
         egasi = NULL,
         yakka = false,
         oxirgi_xato = NULL,
+        xato_turi = NULL,
+        xato_vaqti = NULL,
         tarix = o.tarix || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
             'vaqt', now(),
             'urinish', o.urinish,
             'hodisa', CASE WHEN :force THEN 'replay --force' ELSE 'replay' END,
             'oxirgi_xato', o.oxirgi_xato,
+            'xato_turi', o.xato_turi,
             'yuborilgan', (SELECT to_jsonb(y) - 'kalit' FROM {yuborilgan} y
                            WHERE :force AND y.kalit = o.kalit)))),
         yangilangan = now()
-    WHERE o.id = ANY(CAST(:ids AS bigint[])) AND o.holat = 'xato'
+    WHERE o.id = ANY(CAST(:ids AS bigint[])) AND o.holat = {failed}
     RETURNING o.id, o.kalit
 ),
 forgotten AS (
@@ -219,15 +240,15 @@ def replay(
     if ids is None:
         params: dict[str, Any] = {"tur": kind, "since": failed_within_seconds, "navbat": queue}
         found = _execute(conn, schema, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
-        wanted = [int(row[0]) for row in found]
+        wanted = [int(row.id) for row in found]
     else:
         wanted = list(dict.fromkeys(ids))
         found = _execute(conn, schema, _LOCK_FOR_REPLAY, {"ids": wanted}).fetchall()
-    seen = {int(row[0]): (row[1], _marker(*row[2:])) for row in found}
+    seen = {int(row.id): (row.state, _marker(row._mapping)) for row in found}
     accepted = [
         row_id
         for row_id, (state, marker) in seen.items()
-        if state == "xato" and (marker is None or force)
+        if state == State.FAILED and (marker is None or force)
     ]
     replayed: set[int] = set()
     if accepted:
@@ -240,7 +261,7 @@ def replay(
     return results
 
 
-_COUNT_FAILED = "SELECT count(*) FROM {outbox} WHERE holat = 'xato'"
+_COUNT_FAILED = "SELECT count(*) FROM {outbox} WHERE holat = {failed}"
 
 
 def count_failed(conn: SyncConn, *, schema: str) -> int:
@@ -260,12 +281,15 @@ class Activity:
 
 # Read from the rows as they stand: a replayed failure leaves the failed count, and retention
 # (a week by default) the delivered one. Done rows are found through their partial index on
-# yangilangan, failed ones through theirs.
-_FINISHED_PER_MINUTE = """
-SELECT floor(extract(epoch FROM now() - yangilangan) / 60)::int, holat, count(*)
-FROM {outbox}
-WHERE holat IN ('bajarildi', 'xato')
-  AND yangilangan > now() - make_interval(mins => CAST(:minutes AS int))
+# yangilangan, failed ones through theirs and counted by when they failed (xato_vaqti).
+_FINISHED_PER_MINUTE = f"""
+SELECT floor(extract(epoch FROM now() - f.at) / 60)::int, f.holat, count(*)
+FROM (SELECT o.holat, CASE WHEN o.holat = {{done}} THEN o.yangilangan ELSE {_FAILED_AT} END AS at
+      FROM {{outbox}} o
+      WHERE (o.holat = {{done}}
+             AND o.yangilangan > now() - make_interval(mins => CAST(:minutes AS int)))
+         OR (o.holat = {{failed}}
+             AND {_FAILED_AT} > now() - make_interval(mins => CAST(:minutes AS int)))) f
 GROUP BY 1, 2
 """
 
@@ -274,11 +298,11 @@ def finished_per_minute(conn: SyncConn, *, schema: str, minutes: int = 60) -> Ac
     delivered, failed = [0] * minutes, [0] * minutes
     for ago, state, count in _execute(conn, schema, _FINISHED_PER_MINUTE, {"minutes": minutes}):
         slot = minutes - 1 - min(max(int(ago), 0), minutes - 1)
-        (delivered if state == "bajarildi" else failed)[slot] += int(count)
+        (delivered if state == State.DONE else failed)[slot] += int(count)
     return Activity(delivered, failed)
 
 
-_FAILED_KINDS = "SELECT DISTINCT tur FROM {outbox} WHERE holat = 'xato' ORDER BY tur"
+_FAILED_KINDS = "SELECT DISTINCT tur FROM {outbox} WHERE holat = {failed} ORDER BY tur"
 
 
 def failed_kinds(conn: SyncConn, *, schema: str) -> list[str]:
@@ -321,16 +345,20 @@ def search_messages(conn: SyncConn, text: str, *, schema: str, limit: int = 100)
 # when, and a replay undoes it. Only a waiting row: a claimed one may be on its way to Telegram.
 _CANCEL_BY_OPERATOR = """
 UPDATE {outbox}
-SET holat = 'xato',
+SET holat = {failed},
     oxirgi_xato = 'cancelled by operator',
+    xato_turi = :code,
+    xato_vaqti = now(),
     tarix = tarix || jsonb_build_array(jsonb_build_object(
-        'vaqt', now(), 'urinish', urinish, 'hodisa', 'cancelled by operator')),
+        'vaqt', now(), 'urinish', urinish, 'hodisa', 'cancelled by operator',
+        'xato_turi', CAST(:code AS text))),
     yangilangan = now()
-WHERE id = :id AND holat = 'kutmoqda'
+WHERE id = :id AND holat = {pending}
 RETURNING id
 """
 
 
 def cancel_by_operator(conn: SyncConn, message_id: int, *, schema: str) -> bool:
     """kutmoqda -> xato ('cancelled by operator'); False if the row is not waiting."""
-    return _execute(conn, schema, _CANCEL_BY_OPERATOR, {"id": message_id}).first() is not None
+    params = {"id": message_id, "code": FailureCode.CANCELLED.value}
+    return _execute(conn, schema, _CANCEL_BY_OPERATOR, params).first() is not None

@@ -9,12 +9,16 @@ from __future__ import annotations
 
 import functools
 import json
+import operator
 import os
 import secrets
 import socket
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
+
+import psycopg
+from psycopg.rows import RowMaker
 
 from outbox.payload import read_json
 from outbox.queries._common import AsyncConn, _sql
@@ -75,26 +79,26 @@ room AS (
 ),
 alone AS (
     SELECT id, keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
-    WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now() AND navbat = %(navbat)s
+    WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND EXISTS (SELECT 1 FROM {outbox}
-                  WHERE yakka AND holat = 'kutmoqda' AND keyingi_urinish <= now()
+                  WHERE yakka AND holat = {pending} AND keyingi_urinish <= now()
                     AND navbat = %(navbat)s)
       AND NOT EXISTS (SELECT 1 FROM {outbox}
-                      WHERE egasi = %(holder)s AND holat = 'bajarilmoqda')
+                      WHERE egasi = %(holder)s AND holat = {in_progress})
     ORDER BY keyingi_urinish, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ),
 batch AS (
     SELECT o.id, o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM {outbox} o
-    WHERE o.holat = 'kutmoqda' AND o.keyingi_urinish <= now() AND NOT o.yakka
+    WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND NOT o.yakka
       AND o.navbat = %(navbat)s
       -- A suspect of this queue due, or one this process holds (of any queue), waits alone.
       AND NOT EXISTS (SELECT 1 FROM {outbox}
-                      WHERE yakka AND ((holat = 'kutmoqda' AND keyingi_urinish <= now()
+                      WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
                                         AND navbat = %(navbat)s)
-                                       OR (holat = 'bajarilmoqda' AND egasi = %(holder)s)))
+                                       OR (holat = {in_progress} AND egasi = %(holder)s)))
     ORDER BY o.keyingi_urinish, o.id
     -- A plain limit, so that the planner walks the index of pending rows; the room is kept
     -- below (rows locked beyond it are let go at commit).
@@ -140,13 +144,14 @@ bump AS (
     WHERE h.bot = %(bot)s AND %(rate)s > 0 AND EXISTS (SELECT 1 FROM timed)
 )
 UPDATE {outbox} o
-SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
+SET holat = {in_progress}, urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
     egasi = %(holder)s, yangilangan = now()
 FROM taken t
 WHERE o.id = t.id
-RETURNING o.id, o.tur, o.kalit, o.payload::text, o.urinish,
-          (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL, o.band_vaqti,
-          extract(epoch FROM t.send_at - clock_timestamp())::float8
+RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
+          o.urinish AS attempts, o.band_vaqti AS claimed_at, o.navbat AS queue,
+          (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL AS already_sent,
+          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait
 """
 # Send slots are reserved in the claim itself: no extra round trip. Each claimed row comes back
 # with the seconds until its slot; a slot taken by a row that is not sent stays unused (the
@@ -215,11 +220,28 @@ async def claim_due(
     statement = _claim_sql(
         schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
     )
-    cursor = await conn.execute(statement, params)
-    return [
-        ClaimedRow(row_id, kind, key, read_json(payload), attempts, sent, claimed_at, wait, queue)
-        for row_id, kind, key, payload, attempts, sent, claimed_at, wait in await cursor.fetchall()
-    ]
+    async with conn.cursor(row_factory=_claimed_rows) as cursor:
+        await cursor.execute(statement, params)
+        return await cursor.fetchall()
+
+
+def _claimed_rows(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[ClaimedRow]:
+    """Claimed rows by the names of the RETURNING list (its aliases are ClaimedRow's fields),
+    matched once per statement, the payload decoded on the way. As fast as the positional
+    unpacking it replaces (about 1.4 us a row); psycopg's kwargs_row, a dict per row, took
+    twice as long."""
+    names = [column.name for column in cursor.description or ()]
+    pick = operator.itemgetter(*(names.index(field) for field in ClaimedRow._fields))
+
+    def make(values: Sequence[Any]) -> ClaimedRow:
+        r = pick(values)
+        return _make_claimed((*r[:_PAYLOAD], read_json(r[_PAYLOAD]), *r[_PAYLOAD + 1 :]))
+
+    return make
+
+
+_PAYLOAD = ClaimedRow._fields.index("payload")
+_make_claimed = ClaimedRow._make
 
 
 _ENSURE_BOT = "INSERT INTO {bot_holati} (bot) VALUES (%(bot)s) ON CONFLICT (bot) DO NOTHING"
@@ -238,6 +260,7 @@ class Outcome(NamedTuple):
     state: str
     delay_seconds: float = 0.0  # keyingi_urinish = now() + delay (pending rows only)
     error: str | None = None
+    error_code: str | None = None  # xato_turi (a FailureCode), written with ``error``
     refund_attempt: bool = False  # released without a real attempt (shutdown, rate limit)
     key: str | None = None  # with chat_id and message_id: write a sent marker
     chat_id: int | None = None
@@ -259,8 +282,8 @@ class Outcome(NamedTuple):
 _RECORD_OUTCOMES = """
 WITH r AS (
     SELECT * FROM json_to_recordset(%(batch)s::json)
-        AS r(id bigint, urinish int, holat text, delay float8, xato text, refund bool,
-             kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
+        AS r(id bigint, urinish int, holat text, delay float8, xato text, xato_turi text,
+             refund bool, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
              band_vaqti timestamptz)
 ),
 markers AS (
@@ -271,21 +294,24 @@ markers AS (
 UPDATE {outbox} o
 SET holat = r.holat,
     urinish = CASE WHEN r.refund THEN o.urinish - 1 ELSE o.urinish END,
-    keyingi_urinish = CASE WHEN r.holat = 'kutmoqda'
+    keyingi_urinish = CASE WHEN r.holat = {pending}
                            THEN now() + make_interval(secs => r.delay)
                            ELSE o.keyingi_urinish END,
     band_vaqti = NULL,
     egasi = NULL,
     yakka = false,
     oxirgi_xato = coalesce(r.xato, o.oxirgi_xato),
+    xato_turi = CASE WHEN r.xato IS NULL THEN o.xato_turi ELSE r.xato_turi END,
+    xato_vaqti = CASE WHEN r.holat = {failed} THEN now() END,
     tarix = CASE WHEN r.xato IS NULL THEN o.tarix
-                 ELSE o.tarix || jsonb_build_array(jsonb_build_object(
-                     'vaqt', now(), 'urinish', o.urinish, 'xato', r.xato)) END,
+                 ELSE o.tarix || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                     'vaqt', now(), 'urinish', o.urinish, 'xato', r.xato,
+                     'xato_turi', r.xato_turi))) END,
     payload = CASE WHEN r.new_chat_id IS NULL THEN o.payload
                    ELSE jsonb_set(o.payload, ARRAY['chat_id'], to_jsonb(r.new_chat_id)) END,
     yangilangan = now()
 FROM r
-WHERE o.id = r.id AND o.holat = 'bajarilmoqda' AND o.urinish = r.urinish
+WHERE o.id = r.id AND o.holat = {in_progress} AND o.urinish = r.urinish
   AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
 """
 
@@ -312,6 +338,7 @@ def _outcome_fields(o: Outcome) -> dict[str, Any]:
     }
     if o.error is not None:
         fields["xato"] = o.error
+        fields["xato_turi"] = o.error_code
     if o.key is not None:
         fields["kalit"] = o.key
     if o.message_id is not None:
@@ -325,7 +352,7 @@ def _outcome_fields(o: Outcome) -> dict[str, Any]:
 
 _STILL_CLAIMED = """
 SELECT true FROM {outbox}
-WHERE id = %(id)s AND holat = 'bajarilmoqda' AND urinish = %(urinish)s AND band_vaqti = %(at)s
+WHERE id = %(id)s AND holat = {in_progress} AND urinish = %(urinish)s AND band_vaqti = %(at)s
 """
 
 
@@ -379,7 +406,7 @@ CROSS JOIN LATERAL (
            AS due,
            min(extract(epoch FROM p.keyingi_urinish)) AS first_due
     FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
-          WHERE holat = 'kutmoqda' AND navbat = q.navbat
+          WHERE holat = {pending} AND navbat = q.navbat
           ORDER BY keyingi_urinish, id LIMIT 64) p
     LEFT JOIN {chat_navbati} c ON c.bot = %(bot)s AND c.chat = p.chat
 ) d
@@ -406,8 +433,8 @@ async def queue_timing(
 
 # What a drain still has to do: due rows and rows being sent.
 _BACKLOG = """
-SELECT (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now())
-     + (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda')
+SELECT (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND keyingi_urinish <= now())
+     + (SELECT count(*) FROM {outbox} WHERE holat = {in_progress})
 """
 
 

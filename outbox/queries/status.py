@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outbox.queries._common import SyncConn, _execute
+from outbox.states import State
 
 # --- reading -------------------------------------------------------------------------------------
 
@@ -17,7 +18,7 @@ _COUNT_BY_STATE = "SELECT holat, count(*) FROM {outbox} GROUP BY holat"
 
 
 def count_by_state(conn: SyncConn, *, schema: str) -> dict[str, int]:
-    counts = {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": 0, "xato": 0}
+    counts: dict[str, int] = dict.fromkeys(State, 0)
     for state, count in _execute(conn, schema, _COUNT_BY_STATE).fetchall():
         counts[state] = int(count)
     return counts
@@ -66,17 +67,18 @@ EXACT_COUNT_BELOW = 200_000  # rows, by the statistics: above this, estimate
 # One queue's figures. The plain (holat) conditions first keep the partial indexes usable.
 _QUEUE_STATUS = """
 SELECT
-    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND navbat = :navbat),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda' AND navbat = :navbat),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'xato' AND navbat = :navbat),
+    (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND navbat = :navbat) AS pending,
+    (SELECT count(*) FROM {outbox} WHERE holat = {in_progress} AND navbat = :navbat)
+        AS in_progress,
+    (SELECT count(*) FROM {outbox} WHERE holat = {failed} AND navbat = :navbat) AS failed,
     (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
-     FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
-                     AND keyingi_urinish > '-infinity' AND navbat = :navbat),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'bajarilmoqda' AND navbat = :navbat
+     FROM {outbox} WHERE holat = {pending} AND keyingi_urinish <= now()
+                     AND keyingi_urinish > '-infinity' AND navbat = :navbat) AS lag,
+    (SELECT count(*) FROM {outbox} WHERE holat = {in_progress} AND navbat = :navbat
         AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
-             OR band_vaqti < now() - make_interval(secs => :lease))),
-    (SELECT count(*) FROM {outbox} WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity'
-        AND navbat = :navbat)
+             OR band_vaqti < now() - make_interval(secs => :lease))) AS stuck_claims,
+    (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND keyingi_urinish = 'infinity'
+        AND navbat = :navbat) AS never_due
 """
 
 # The tables' sizes by the planner's statistics: whether done rows and markers are counted.
@@ -90,33 +92,34 @@ SELECT (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass)
 # serves it: pending rows from (navbat, keyingi_urinish, id) alone. Done rows only in a table
 # small enough to count them.
 _STATUS_PER_QUEUE = """
-SELECT navbat,
-       count(*) FILTER (WHERE holat = 'kutmoqda'),
-       count(*) FILTER (WHERE holat = 'bajarilmoqda'),
-       count(*) FILTER (WHERE holat = 'bajarildi'),
-       count(*) FILTER (WHERE holat = 'xato'),
+SELECT navbat AS queue,
+       count(*) FILTER (WHERE holat = {pending}) AS pending,
+       count(*) FILTER (WHERE holat = {in_progress}) AS in_progress,
+       count(*) FILTER (WHERE holat = {done}) AS done,
+       count(*) FILTER (WHERE holat = {failed}) AS failed,
        coalesce(extract(epoch FROM now() - min(keyingi_urinish) FILTER (
-           WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
-             AND keyingi_urinish > '-infinity')), 0)::float8,
-       count(*) FILTER (WHERE holat = 'bajarilmoqda' AND (band_vaqti IS NULL
-           OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease))),
-       count(*) FILTER (WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity')
+           WHERE holat = {pending} AND keyingi_urinish <= now()
+             AND keyingi_urinish > '-infinity')), 0)::float8 AS lag,
+       count(*) FILTER (WHERE holat = {in_progress} AND (band_vaqti IS NULL
+           OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease)))
+           AS stuck_claims,
+       count(*) FILTER (WHERE holat = {pending} AND keyingi_urinish = 'infinity') AS never_due
 FROM (
-    SELECT navbat, 'kutmoqda' AS holat, keyingi_urinish, NULL::timestamptz AS band_vaqti
-    FROM {outbox} WHERE holat = 'kutmoqda'
+    SELECT navbat, {pending} AS holat, keyingi_urinish, NULL::timestamptz AS band_vaqti
+    FROM {outbox} WHERE holat = {pending}
     UNION ALL
-    SELECT navbat, 'bajarilmoqda', NULL, band_vaqti FROM {outbox} WHERE holat = 'bajarilmoqda'
+    SELECT navbat, {in_progress}, NULL, band_vaqti FROM {outbox} WHERE holat = {in_progress}
     UNION ALL
-    SELECT navbat, 'xato', NULL, NULL FROM {outbox} WHERE holat = 'xato'
+    SELECT navbat, {failed}, NULL, NULL FROM {outbox} WHERE holat = {failed}
     UNION ALL
-    SELECT navbat, 'bajarildi', NULL, NULL FROM {outbox}
-    WHERE holat = 'bajarildi' AND CAST(:count_done AS boolean)
+    SELECT navbat, {done}, NULL, NULL FROM {outbox}
+    WHERE holat = {done} AND CAST(:count_done AS boolean)
 ) r
 GROUP BY navbat
 ORDER BY navbat
 """
 
-_COUNT_DONE = "SELECT count(*) FROM {outbox} WHERE holat = 'bajarildi' AND navbat = :navbat"
+_COUNT_DONE = "SELECT count(*) FROM {outbox} WHERE holat = {done} AND navbat = :navbat"
 _COUNT_MARKERS = "SELECT count(*) FROM {yuborilgan}"
 
 
@@ -141,26 +144,32 @@ def queue_status(
         figures = per_queue.values()
         pending, in_progress, failed = (
             sum(f.counts[state] or 0 for f in figures)
-            for state in ("kutmoqda", "bajarilmoqda", "xato")
+            for state in (State.PENDING, State.IN_PROGRESS, State.FAILED)
         )
         lag = max((f.lag_seconds for f in figures), default=0.0)
         stuck = sum(f.stuck_claims for f in figures)
         never_due = sum(f.never_due for f in figures)
         if count_done:
-            done = sum(f.counts["bajarildi"] or 0 for f in figures)
+            done = sum(f.counts[State.DONE] or 0 for f in figures)
         else:
             done = max(0, round(outbox_rows) - pending - in_progress - failed)
-            estimated.append("bajarildi")
+            estimated.append(State.DONE)
     else:
-        row = _execute(conn, schema, _QUEUE_STATUS, params).one()
-        pending, in_progress, failed, lag, stuck, never_due = row
+        one = _execute(conn, schema, _QUEUE_STATUS, params).one()
+        pending, in_progress, failed = one.pending, one.in_progress, one.failed
+        lag, stuck, never_due = one.lag, one.stuck_claims, one.never_due
         done = _execute(conn, schema, _COUNT_DONE, {"navbat": queue}).scalar_one()
     if marker_rows >= threshold:
         markers = max(0, round(marker_rows))
         estimated.append("markers")
     else:
         markers = _execute(conn, schema, _COUNT_MARKERS).scalar_one()
-    counts = {"kutmoqda": pending, "bajarilmoqda": in_progress, "bajarildi": done, "xato": failed}
+    counts: dict[str, int] = {
+        State.PENDING: pending,
+        State.IN_PROGRESS: in_progress,
+        State.DONE: done,
+        State.FAILED: failed,
+    }
     totals = {state: int(n) for state, n in counts.items()}
     lag_seconds = max(float(lag), 0.0)
     if queue is not None:
@@ -182,14 +191,14 @@ def _status_per_queue(
 ) -> dict[str, QueueFigures]:
     rows = _execute(conn, schema, _STATUS_PER_QUEUE, {**params, "count_done": count_done})
     per_queue = {}
-    for queue, pending, in_progress, done, failed, lag, stuck, never_due in rows:
-        counts = {
-            "kutmoqda": int(pending),
-            "bajarilmoqda": int(in_progress),
-            "bajarildi": int(done) if count_done else None,
-            "xato": int(failed),
+    for row in rows:
+        counts: dict[str, int | None] = {
+            State.PENDING: int(row.pending),
+            State.IN_PROGRESS: int(row.in_progress),
+            State.DONE: int(row.done) if count_done else None,
+            State.FAILED: int(row.failed),
         }
-        per_queue[str(queue)] = QueueFigures(
-            counts, max(float(lag), 0.0), int(stuck), int(never_due)
+        per_queue[str(row.queue)] = QueueFigures(
+            counts, max(float(row.lag), 0.0), int(row.stuck_claims), int(row.never_due)
         )
     return per_queue

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 
 from outbox import queries
 from outbox.errors import OutboxError
-from outbox.queries import AsyncConn
+from outbox.presentation import pruned_text, reaped_text
+from outbox.queries import AsyncConn, Pruned, Reaped
 from outbox.relay.connection import DB_LOST, Connection
 
 __all__ = ["Maintenance", "Reaper", "Retention"]
@@ -29,7 +30,7 @@ class Reaper:
     lease_seconds: float
     max_attempts: int
 
-    async def run_once(self, conn: AsyncConn) -> dict[str, int]:
+    async def run_once(self, conn: AsyncConn) -> Reaped:
         """Rows reaped, by the state they went to."""
         reaped = await queries.reap_stale(
             conn,
@@ -52,7 +53,7 @@ class Retention:
 
     async def run_once(
         self, conn: AsyncConn, *, on_batch: Callable[[int], None] | None = None
-    ) -> dict[str, int]:
+    ) -> Pruned:
         """Rows deleted, by table; xato rows are never deleted. ``on_batch`` hears each
         batch's count (``outbox prune``'s progress line)."""
         return await queries.prune(
@@ -89,14 +90,14 @@ class Maintenance:
         self._interval = min(interval, reaper.lease_seconds / 2)
         self._on_reaped = on_reaped
 
-    async def run_once(self) -> dict[str, int] | None:
+    async def run_once(self) -> Reaped | None:
         """One round; None if another relay holds the lock (it does the round)."""
         conn = await self._connection.get()
         # A round takes well under a second; one that sits idle much longer inside its
         # transaction belongs to a hung relay, and the server ends it.
         idle_limit = max(2.0, min(30.0, self._interval))
         try:
-            reaped: dict[str, int] | None = None
+            reaped: Reaped | None = None
             async with conn.transaction():
                 if await queries.try_maintenance_lock(
                     conn, schema=self._reaper.schema, idle_seconds=idle_limit
@@ -104,14 +105,14 @@ class Maintenance:
                     reaped = await self._reaper.run_once(conn)
             if reaped is None:
                 return None
-            if any(reaped.values()):
-                log.warning("reaper: expired claims %s", reaped)
+            if reaped:
+                log.warning("reaper: expired claims: %s", reaped_text(reaped))
                 self._on_reaped()
             if self._retention is not None:
                 # After the round, in short transactions of its own.
                 pruned = await self._retention.run_once(conn)
-                if any(pruned.values()):
-                    log.info("retention: deleted %s", pruned)
+                if pruned:
+                    log.info("retention: deleted %s", pruned_text(pruned))
         except DB_LOST as err:
             self._connection.lost(err, conn)
             raise

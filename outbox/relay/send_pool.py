@@ -313,6 +313,7 @@ class SendPool:
                 decision.state,
                 delay_seconds=decision.delay_seconds,
                 error=decision.error,
+                error_code=decision.code,
                 # A group that moved stays moved, whatever happened to the resend.
                 new_chat_id=self._moved.get(id(row)),
             )

@@ -26,6 +26,7 @@ from outbox.db import check_schema_sync, connect_errors, create_engine, redact_u
 from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
 from outbox.queries import Message
 from outbox.schema import DEFAULT_QUEUE, validate_queue
+from outbox.states import State
 from outbox.web import inputs, views
 from outbox.web.auth import Guard, Proxies, check_bind
 from outbox.web.base import (
@@ -109,7 +110,12 @@ class _FailedFilter:
 
     @classmethod
     def read(cls, values: Mapping[str, Any]) -> _FailedFilter:
-        queue = inputs.field(values, "navbat", "queue") or None
+        # "navbat" is the page's old spelling: addresses saved with it keep working.
+        queue = (
+            inputs.field(values, "queue", "queue")
+            or inputs.field(values, "navbat", "queue")
+            or None
+        )
         if queue is not None:
             try:
                 validate_queue(queue)
@@ -148,7 +154,7 @@ async def index(request: web.Request) -> web.StreamResponse:
             "failed": failed[:FAILED_LIMIT],
             "more_failed": len(failed) > FAILED_LIMIT,
             "kinds": queries.failed_kinds(conn, schema=config.schema),
-            "queues": [name for name, figures in per_queue.items() if figures.counts["xato"]],
+            "queues": [name for name, figures in per_queue.items() if figures.counts[State.FAILED]],
             # Each card names its queue unless the outbox has only the default one (one bot).
             "with_queue": any(queue != DEFAULT_QUEUE for queue in per_queue),
         }
@@ -261,7 +267,7 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
         m=message,
         notice=None,
         refused=views.refusal(result),
-        can_force=result.state == "xato",
+        can_force=result.state == State.FAILED,
     )
 
 

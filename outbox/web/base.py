@@ -15,6 +15,7 @@ from aiohttp import web
 from markupsafe import Markup
 from sqlalchemy.engine import Engine
 
+from outbox import vocabulary
 from outbox.redact import redact
 from outbox.web import views
 from outbox.web.auth import Guard, Proxies
@@ -80,6 +81,7 @@ def templates() -> jinja2.Environment:
     )
     env.globals.update(
         state_names=views.STATE_NAMES,
+        label=vocabulary.label,
         when=views.when,
         span=views.span,
         chat_of=views.chat_of,

@@ -8,7 +8,8 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 
-from outbox.admin_output import (
+from outbox.presentation import (
+    HEADLINE,
     queue_worth_showing,
     replay_refusal,
     span,
@@ -121,7 +122,7 @@ def history(message: Message) -> list[HistoryEntry]:
     entries = []
     for raw in message.history:
         shown, attempt, rest = split_history_entry(raw if isinstance(raw, dict) else {"entry": raw})
-        what = " / ".join(str(rest.pop(key)) for key in ("xato", "hodisa") if key in rest)
+        what = " / ".join(str(rest.pop(key)) for key in HEADLINE if key in rest)
         details = json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else ""
         entries.append(
             HistoryEntry(shown, "-" if attempt is None else str(attempt), what or "-", details)

@@ -1,7 +1,8 @@
-"""How the operator commands print: aligned tables, one message in full, JSON documents.
+"""How the outbox is shown to people, by the CLI and the web page alike: aligned tables, one
+message in full, JSON documents, the lines of the maintenance commands.
 
-Column names and states are printed as the database spells them, so that what an operator
-reads here is what they type into ``psql``.
+Fields are labelled from the one table of names (``outbox.vocabulary``) and states are the
+database's, so that what an operator reads here is what they type into ``psql``.
 """
 
 from __future__ import annotations
@@ -13,18 +14,35 @@ from typing import Any
 
 from outbox.durations import format_duration
 from outbox.payload import UnreadablePayload
-from outbox.queries import Message, QueueFigures, QueueStatus, ReplayResult, SentMarker
+from outbox.queries import (
+    Message,
+    Pruned,
+    QueueFigures,
+    QueueStatus,
+    Reaped,
+    ReplayResult,
+    SentMarker,
+)
 from outbox.schema import DEFAULT_QUEUE
+from outbox.states import State
+from outbox.vocabulary import entry_key, label, marker_label
 
 span = format_duration  # how every duration is shown to operators
 
 __all__ = [
+    "HEADLINE",
+    "MARKER_LABEL",
+    "SHOWN_FIELDS",
     "message_json",
     "message_lines",
     "messages_table",
+    "pruned_json",
+    "pruned_text",
     "queue_worth_showing",
     "queues_json",
     "queues_table",
+    "reaped_json",
+    "reaped_text",
     "replay_refusal",
     "replayed_line",
     "span",
@@ -39,10 +57,10 @@ ERROR_WIDTH = 60  # the table's oxirgi_xato column; `outbox show` and --json giv
 KEY_WIDTH = 40
 
 # Why a row in another state is not replayed: what that state means for it.
-_NOT_FAILED = {
-    "kutmoqda": "it is already waiting to be sent",
-    "bajarilmoqda": "a relay is sending it right now",
-    "bajarildi": "it was delivered",
+_NOT_FAILED: dict[str, str] = {
+    State.PENDING: "it is already waiting to be sent",
+    State.IN_PROGRESS: "a relay is sending it right now",
+    State.DONE: "it was delivered",
 }
 
 
@@ -82,7 +100,10 @@ def queue_worth_showing(messages: Sequence[Message]) -> bool:
 
 def messages_table(messages: Sequence[Message]) -> list[str]:
     with_queue = queue_worth_showing(messages)
-    headers = ("id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato")
+    headers = tuple(
+        label(name)
+        for name in ("id", "kind", "key", "state", "attempts", "next_attempt_at", "last_error")
+    )
     rows = [
         (
             str(m.id),
@@ -99,7 +120,7 @@ def messages_table(messages: Sequence[Message]) -> list[str]:
         return table(headers, rows, numeric={0, 4})
     # Beside the id: with several bots, which one sends a row is the first question.
     return table(
-        (headers[0], "navbat", *headers[1:]),
+        (headers[0], label("queue"), *headers[1:]),
         [(row[0], m.queue, *row[1:]) for row, m in zip(rows, messages, strict=True)],
         numeric={0, 5},
     )
@@ -109,9 +130,9 @@ def _marker_json(marker: SentMarker | None) -> dict[str, Any] | None:
     if marker is None:
         return None
     return {
-        "chat_id": marker.chat_id,
-        "message_id": marker.message_id,
-        "yuborilgan_vaqt": marker.sent_at.isoformat(),
+        marker_label("chat_id"): marker.chat_id,
+        marker_label("message_id"): marker.message_id,
+        marker_label("sent_at"): marker.sent_at.isoformat(),
     }
 
 
@@ -119,23 +140,41 @@ def _iso(moment: datetime | None) -> str | None:
     return None if moment is None else moment.isoformat()
 
 
+# The sent marker's field in a message's JSON and `outbox show`: the marker table's name.
+MARKER_LABEL = "yuborilgan"
+
+
+# The fields of a message that `outbox show` and its JSON give, in order, by Python name (the
+# payload, tarix and sent marker follow, shown in a form of their own).
+SHOWN_FIELDS = (
+    "id",
+    "kind",
+    "queue",
+    "key",
+    "state",
+    "attempts",
+    "next_attempt_at",
+    "claimed_at",
+    "last_error",
+    "error_code",
+    "failed_at",
+    "created_at",
+    "updated_at",
+)
+
+
 def message_json(m: Message) -> dict[str, Any]:
+    fields = {
+        label(name): _iso(value) if isinstance(value, datetime) else value
+        for name in SHOWN_FIELDS
+        for value in (getattr(m, name),)
+    }
     return {
-        "id": m.id,
-        "tur": m.kind,
-        "navbat": m.queue,
-        "kalit": m.key,
-        "holat": m.state,
-        "urinish": m.attempts,
-        "keyingi_urinish": _iso(m.next_attempt_at),
-        "band_vaqti": _iso(m.claimed_at),
-        "oxirgi_xato": m.last_error,
-        "yaratilgan": _iso(m.created_at),
-        "yangilangan": _iso(m.updated_at),
+        **fields,
         # An unreadable payload (nested too deeply for Python) as its JSON text, in a string.
-        "payload": m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload,
-        "tarix": m.history,
-        "yuborilgan": _marker_json(m.marker),
+        label("payload"): m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload,
+        label("history"): m.history,
+        MARKER_LABEL: _marker_json(m.marker),
     }
 
 
@@ -146,10 +185,14 @@ def _marker_text(marker: SentMarker) -> str:
     )
 
 
+# What a tarix entry leads with: the failure, or what an operator did.
+HEADLINE = (entry_key("error"), entry_key("event"))
+
+
 def split_history_entry(entry: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
     """A tarix entry as its moment (shown), its attempt and what else it holds."""
     rest = dict(entry)
-    raw_time, attempt = rest.pop("vaqt", None), rest.pop("urinish", None)
+    raw_time, attempt = rest.pop(entry_key("moment"), None), rest.pop(entry_key("attempt"), None)
     try:
         moment = when(datetime.fromisoformat(raw_time)) if raw_time else "-"
     except (TypeError, ValueError):
@@ -162,7 +205,7 @@ def _history_line(entry: Any) -> str:
     if not isinstance(entry, dict):
         return "  " + _plain(entry)  # written by hand
     moment, attempt, rest = split_history_entry(entry)
-    first = [key for key in ("xato", "hodisa") if key in rest]
+    first = [key for key in HEADLINE if key in rest]
     order = first + [key for key in rest if key not in first]
     parts = [f"{key}: {_plain(rest[key])}" for key in order]
     return f"  {moment}  urinish {attempt if attempt is not None else '-'}  " + "; ".join(parts)
@@ -179,21 +222,15 @@ def _json_text(value: Any, indent: int | None = None) -> str:
         return "(nested too deeply to print)"
 
 
+def _shown(value: Any) -> str:
+    if isinstance(value, datetime):
+        return when(value)
+    return "-" if value is None or value == "" else str(value)
+
+
 def message_lines(m: Message) -> list[str]:
-    fields = [
-        ("id", str(m.id)),
-        ("tur", m.kind),
-        ("navbat", m.queue),
-        ("kalit", m.key),
-        ("holat", m.state),
-        ("urinish", str(m.attempts)),
-        ("keyingi_urinish", when(m.next_attempt_at)),
-        ("band_vaqti", when(m.claimed_at)),
-        ("oxirgi_xato", m.last_error or "-"),
-        ("yaratilgan", when(m.created_at)),
-        ("yangilangan", when(m.updated_at)),
-        ("yuborilgan", "-" if m.marker is None else _marker_text(m.marker)),
-    ]
+    fields = [(label(name), _shown(getattr(m, name))) for name in SHOWN_FIELDS]
+    fields.append((MARKER_LABEL, "-" if m.marker is None else _marker_text(m.marker)))
     lines = [f"{name:<16} {value}" for name, value in fields]
     if isinstance(m.payload, UnreadablePayload):
         lines.append(f"payload          unreadable: {m.payload.reason}")
@@ -207,7 +244,7 @@ def message_lines(m: Message) -> list[str]:
 
 
 def replayed_line(result: ReplayResult, *, forced: bool) -> str:
-    line = f"replayed message {result.id}: xato -> kutmoqda"
+    line = f"replayed message {result.id}: {State.FAILED} -> {State.PENDING}"
     if forced and result.marker is not None:
         line += f"; it was {_marker_text(result.marker)}, and will be sent again"
     return line
@@ -217,11 +254,13 @@ def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
     """Why a row was not replayed, in one line; ``force_hint``: name the CLI's --force."""
     if result.state is None:
         return f"no outbox message with id {result.id}"
-    if result.state != "xato":
+    if result.state != State.FAILED:
         reason = _NOT_FAILED.get(result.state, "only failed messages are replayed")
         if result.marker is not None:
             reason += f", {_marker_text(result.marker)}"
-        return f"message {result.id} not replayed: it is {result.state}, not xato ({reason})"
+        return (
+            f"message {result.id} not replayed: it is {result.state}, not {State.FAILED} ({reason})"
+        )
     marker = result.marker
     assert marker is not None  # a failed row is refused only for its sent marker
     said = f"message {result.id} not replayed: it was already {_marker_text(marker)}"
@@ -265,7 +304,7 @@ def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[s
 def queues_table(queues: Mapping[str, QueueFigures]) -> list[str]:
     """One line per queue: its rows per state, lag and stuck rows (done rows as ``-`` when the
     outbox is too large to count them per queue)."""
-    states = ("kutmoqda", "bajarilmoqda", "bajarildi", "xato")
+    states = tuple(State)
 
     def count(n: int | None) -> str:
         return "-" if n is None else str(n)
@@ -279,13 +318,13 @@ def queues_table(queues: Mapping[str, QueueFigures]) -> list[str]:
         )
         for name, figures in queues.items()
     ]
-    return table(("navbat", *states, "lag", "stuck"), rows, numeric={1, 2, 3, 4, 5, 6})
+    return table((label("queue"), *states, "lag", "stuck"), rows, numeric={1, 2, 3, 4, 5, 6})
 
 
 def queues_json(queues: Mapping[str, QueueFigures]) -> dict[str, Any]:
     return {
         name: {
-            "holat": figures.counts,
+            label("state"): figures.counts,
             "lag_seconds": figures.lag_seconds,
             "stuck": figures.stuck,
             "stuck_claims": figures.stuck_claims,
@@ -293,3 +332,24 @@ def queues_json(queues: Mapping[str, QueueFigures]) -> dict[str, Any]:
         }
         for name, figures in queues.items()
     }
+
+
+# --- maintenance ---------------------------------------------------------------------------------
+
+
+def reaped_text(reaped: Reaped) -> str:
+    """``outbox reap``'s line and the relay's log line for one reaper round."""
+    return f"{reaped.pending} back to {State.PENDING}, {reaped.failed} to {State.FAILED}"
+
+
+def reaped_json(reaped: Reaped) -> dict[str, int]:
+    return {State.PENDING: reaped.pending, State.FAILED: reaped.failed}
+
+
+def pruned_text(pruned: Pruned) -> str:
+    """The relay's log line for a retention run that deleted something."""
+    return f"{pruned.done_rows} {State.DONE} rows and {pruned.markers} sent markers"
+
+
+def pruned_json(pruned: Pruned) -> dict[str, int]:
+    return {State.DONE: pruned.done_rows, MARKER_LABEL: pruned.markers}

@@ -1,0 +1,128 @@
+"""One table of names: each outbox column's Python name, its column, and the label people read.
+
+The database speaks the lesson's language (Uzbek); Python speaks English. The two meet here
+only, as ``reminders/models.py`` maps the domain's tables: select lists alias each column to
+its Python name (``o.urinish AS attempts``) and rows are read by name, so a column added to a
+select list, or moved in it, cannot shift the fields of a record. The label is what the CLI's
+tables, the JSON documents, the web page and the logs call the field: the column's own name,
+so that what an operator reads is what they type into ``psql``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from outbox.states import State
+
+__all__ = [
+    "HISTORY",
+    "MARKER",
+    "OUTBOX",
+    "STATE_LITERALS",
+    "Name",
+    "column",
+    "entry_key",
+    "label",
+    "marker_label",
+    "select",
+]
+
+
+@dataclass(frozen=True, slots=True)
+class Name:
+    python: str  # the attribute of the record (``Message.attempts``)
+    column: str  # the column in the table (``urinish``)
+    label: str  # what people read (CLI headers, JSON keys, the web page, logs)
+    meaning: str
+
+
+def _name(python: str, column: str, meaning: str) -> Name:
+    # Labelled as the database spells it: what an operator reads is what they type into psql.
+    return Name(python, column, column, meaning)
+
+
+# Every column of the outbox table, in the table's order (a test checks this against the
+# database's own catalogue, so a new column cannot be left out).
+OUTBOX: tuple[Name, ...] = (
+    _name("id", "id", "the row's id"),
+    _name("kind", "tur", "kind of message ('eslatma' = reminder)"),
+    _name("key", "kalit", "idempotency key, unique per logical message"),
+    _name("payload", "payload", "what to send (JSON)"),
+    _name("state", "holat", "one of the four states"),
+    _name("attempts", "urinish", "how many times the row was claimed"),
+    _name("next_attempt_at", "keyingi_urinish", "the row is due from this time on"),
+    _name("claimed_at", "band_vaqti", "when a relay claimed it"),
+    _name("last_error", "oxirgi_xato", "the last error, in words"),
+    _name("history", "tarix", "what happened to the row, oldest first"),
+    _name("created_at", "yaratilgan", "when the row was enqueued"),
+    _name("updated_at", "yangilangan", "when the row last changed"),
+    _name("holder", "egasi", "the process that claimed it"),
+    _name("alone", "yakka", "a suspect: claimed alone next time"),
+    _name("queue", "navbat", "the queue: the bot that sends it"),
+    _name("error_code", "xato_turi", "why the last attempt failed, as a word (FailureCode)"),
+    _name("failed_at", "xato_vaqti", "when the row went to xato"),
+)
+
+# The sent marker (table yuborilgan) as a message shows it.
+MARKER: tuple[Name, ...] = (
+    _name("key", "kalit", "the key of the message that was sent"),
+    _name("chat_id", "chat_id", "the chat it went to"),
+    _name("message_id", "message_id", "Telegram's id of the delivered message"),
+    _name("sent_at", "yuborilgan_vaqt", "when Telegram accepted it"),
+)
+
+# The fields of a tarix entry, a JSON object each (the statements that append one spell them
+# in SQL; a test holds them to this table).
+HISTORY: tuple[Name, ...] = (
+    _name("moment", "vaqt", "when it happened"),
+    _name("attempt", "urinish", "the row's attempt count then"),
+    _name("error", "xato", "a failure, in words"),
+    _name("error_code", "xato_turi", "a failure as a FailureCode"),
+    _name("event", "hodisa", "what an operator did: replay, replay --force, cancel"),
+    _name("last_error", "oxirgi_xato", "the error a replay cleared"),
+    _name("marker", "yuborilgan", "the sent marker a forced replay removed"),
+)
+
+_BY_PYTHON = {name.python: name for name in OUTBOX}
+_MARKER_BY_PYTHON = {name.python: name for name in MARKER}
+_HISTORY_BY_PYTHON = {name.python: name for name in HISTORY}
+
+# The states as SQL literals, for statements that name a state (``holat = {failed}``).
+STATE_LITERALS: dict[str, str] = {
+    "pending": f"'{State.PENDING}'",
+    "in_progress": f"'{State.IN_PROGRESS}'",
+    "done": f"'{State.DONE}'",
+    "failed": f"'{State.FAILED}'",
+}
+
+
+def column(python: str) -> str:
+    """The outbox column of a Python name (``column("attempts") == "urinish"``)."""
+    return _BY_PYTHON[python].column
+
+
+def label(python: str) -> str:
+    """What people read for the field ``python`` of a message."""
+    return _BY_PYTHON[python].label
+
+
+def marker_label(python: str) -> str:
+    return _MARKER_BY_PYTHON[python].label
+
+
+def entry_key(python: str) -> str:
+    """The key of a tarix entry's field (``entry_key("moment") == "vaqt"``)."""
+    return _HISTORY_BY_PYTHON[python].column
+
+
+def select(alias: str, *names: str, **expressions: str) -> str:
+    """A select list that names each value by its Python name: ``o.urinish AS attempts``.
+
+    ``names`` are taken as they are; ``expressions`` give the SQL for a name whose value is
+    not the bare column (a cast, a CASE), where ``{}`` stands for the qualified column.
+    """
+    items = [f"{alias}.{column(name)} AS {name}" for name in names]
+    for name, expression in expressions.items():
+        qualified = f"{alias}.{column(name)}" if name in _BY_PYTHON else ""
+        items.append(f"{expression.format(qualified)} AS {name}")
+    return ",\n    ".join(items)

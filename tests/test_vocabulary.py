@@ -1,0 +1,190 @@
+"""The one table of names: it covers the table, and rows are read by name, not by position."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import re
+
+import sqlalchemy as sa
+
+from outbox import api, presentation, queries, vocabulary
+from outbox.db import async_connect
+from outbox.queries import operator
+from outbox.queries._common import _sql
+from outbox.states import State
+
+
+def test_the_names_table_covers_every_column_of_the_outbox_table(engine: sa.Engine) -> None:
+    with engine.connect() as conn:
+        columns = conn.execute(
+            sa.text(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = 'public' AND table_name = :table ORDER BY ordinal_position"
+            ),
+            {"table": "outbox"},
+        ).scalars()
+        assert [n.column for n in vocabulary.OUTBOX] == list(columns)
+        markers = conn.execute(
+            sa.text(
+                "SELECT column_name FROM information_schema.columns "
+                "WHERE table_schema = 'public' AND table_name = 'yuborilgan' "
+                "ORDER BY ordinal_position"
+            )
+        ).scalars()
+        assert [n.column for n in vocabulary.MARKER] == list(markers)
+    # One Python name per column, and every field of a message has a name in the table.
+    python = [n.python for n in vocabulary.OUTBOX]
+    assert len(set(python)) == len(python)
+    fields = {f.name for f in dataclasses.fields(queries.Message)} - {"marker", "payload"}
+    assert fields <= set(python)
+
+
+def test_a_message_is_read_by_name_whatever_the_select_lists_order(engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        row_id = api.enqueue(conn, key="k1", payload={"chat_id": 7, "text": "hi"}, kind="t")
+    # The same select list, turned around: a positional reading would shift every field.
+    items = [item.strip() for item in operator._MESSAGE_COLUMNS.split(",\n")]
+    assert len(items) > 10
+    reversed_list = ",\n".join(reversed(items))
+    statement = (
+        f"SELECT {reversed_list} FROM {{outbox}} o "
+        "LEFT JOIN {yuborilgan} y ON y.kalit = o.kalit WHERE o.id = :id"
+    )
+    with engine.connect() as conn:
+        found = operator._message(
+            conn.execute(sa.text(_sql(statement, "public")), {"id": row_id.id}).one()
+        )
+        plain = queries.get_message(conn, row_id.id, schema="public")
+    assert found == plain
+    assert (found.id, found.kind, found.key, found.state, found.attempts) == (
+        row_id.id,
+        "t",
+        "k1",
+        State.PENDING,
+        0,
+    )
+    assert found.payload == {"chat_id": 7, "text": "hi"} and found.queue == "default"
+
+
+def test_the_claim_returns_its_rows_by_name(db_url: str, engine: sa.Engine) -> None:
+    with engine.begin() as conn:
+        api.enqueue(conn, key="k1", payload={"chat_id": 7, "text": "hi"}, kind="t")
+    # The claim's RETURNING list names every field of ClaimedRow.
+    returning = queries.relay._CLAIM_DUE.rsplit("RETURNING", 1)[1]
+    assert set(re.findall(r"AS (\w+)", returning)) == set(queries.ClaimedRow._fields)
+
+    async def claim() -> list[queries.ClaimedRow]:
+        conn = await async_connect(db_url)
+        try:
+            async with conn.transaction():
+                return await queries.claim_due(conn, 10, schema="public")
+        finally:
+            await conn.close()
+
+    (row,) = asyncio.run(claim())
+    assert (row.kind, row.key, row.payload, row.attempts, row.already_sent, row.queue) == (
+        "t",
+        "k1",
+        {"chat_id": 7, "text": "hi"},
+        1,
+        False,
+        "default",
+    )
+
+
+def test_state_literals_in_sql_come_from_the_states() -> None:
+    statement = _sql("SELECT 1 WHERE holat IN ({pending}, {in_progress}, {done}, {failed})", "s")
+    assert statement == "SELECT 1 WHERE holat IN ('kutmoqda', 'bajarilmoqda', 'bajarildi', 'xato')"
+    # No statement spells a state by hand.
+    sources = [queries.app, queries.maintenance, queries.operator, queries.relay, queries.status]
+    for module in sources:
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str):
+                assert not re.search(r"'(kutmoqda|bajarilmoqda|bajarildi)'", value), name
+                assert "holat = 'xato'" not in value, name
+
+
+def test_the_statements_write_tarix_entries_with_the_tables_keys() -> None:
+    keys = {n.column for n in vocabulary.HISTORY}
+    written: set[str] = set()
+    for module in (queries.maintenance, queries.operator, queries.relay):
+        for name, value in vars(module).items():
+            if name.isupper() and isinstance(value, str) and "tarix ||" in value:
+                entries = value[value.index("tarix ||") :]
+                # Keys are the plain words before a comma; values are sentences or columns.
+                written |= set(re.findall(r"'([a-z_]+)',", entries))
+    assert written, "no statement appends to tarix?"
+    assert written <= keys, written - keys
+
+
+class _Column:
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+
+class _Cursor:
+    def __init__(self, names: list[str]) -> None:
+        self.description = [_Column(name) for name in names]
+
+
+def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> None:
+    values = {
+        "id": 5,
+        "kind": "eslatma",
+        "key": "k5",
+        "payload": '{"chat_id": 1, "text": "x"}',
+        "attempts": 2,
+        "already_sent": True,
+        "claimed_at": None,
+        "wait": 0.25,
+        "queue": "shop",
+        "extra": "a column added to the list",
+    }
+    expected = queries.ClaimedRow(
+        id=5,
+        kind="eslatma",
+        key="k5",
+        payload={"chat_id": 1, "text": "x"},
+        attempts=2,
+        already_sent=True,
+        claimed_at=None,  # type: ignore[arg-type]
+        wait=0.25,
+        queue="shop",
+    )
+    for names in (list(values), list(reversed(values))):
+        make = queries.relay._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
+        assert make([values[name] for name in names]) == expected
+
+
+def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
+    message = queries.Message(
+        id=1,
+        kind="eslatma",
+        key="k",
+        payload={},
+        state=State.FAILED,
+        attempts=1,
+        next_attempt_at=None,
+        claimed_at=None,
+        last_error="x",
+        history=[],
+        created_at=None,
+        updated_at=None,
+        marker=None,
+    )
+    assert list(presentation.message_json(message)) == [
+        "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "band_vaqti",
+        "oxirgi_xato", "xato_turi", "xato_vaqti", "yaratilgan", "yangilangan", "payload", "tarix",
+        "yuborilgan",
+    ]  # fmt: skip
+    assert presentation.messages_table([message])[0].split() == [
+        "id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato",
+    ]  # fmt: skip
+    reaped = queries.Reaped(pending=2, failed=1)
+    assert presentation.reaped_text(reaped) == "2 back to kutmoqda, 1 to xato"
+    assert presentation.reaped_json(reaped) == {"kutmoqda": 2, "xato": 1}
+    assert not queries.Reaped() and not queries.Pruned()
+    pruned = queries.Pruned(done_rows=3, markers=4)
+    assert presentation.pruned_json(pruned) == {"bajarildi": 3, "yuborilgan": 4}
+    assert presentation.pruned_text(pruned) == "3 bajarildi rows and 4 sent markers"
