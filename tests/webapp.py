@@ -90,9 +90,13 @@ class LocalPage:
         assert match, f"no form token on {target}:\n{body[:2000]}"
         return match.group(1)
 
-    def sign_in(self, password: str, client: str = "default") -> None:
+    def sign_in(
+        self, password: str, client: str = "default", headers: Mapping[str, str] | None = None
+    ) -> None:
         token = self.csrf("/login", client=client)
-        answer = self.post("/login", {"csrf": token, "password": password}, client=client)
+        answer = self.post(
+            "/login", {"csrf": token, "password": password}, client=client, headers=headers
+        )
         assert answer.status == 303, answer.body[:2000]
 
     def close(self) -> None:
