@@ -30,8 +30,8 @@ from outbox.fake_telegram import FakeTelegram
 from outbox.ratelimit import RateLimiter, RateLimits
 from outbox.relay import Relay, RunSummary
 from outbox.relay.completer import Completer
-from outbox.relay.connection import Connection
 from outbox.relay.flood import FloodControl
+from outbox.relay.store import Store
 from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
 
@@ -110,11 +110,11 @@ def relay_env(db_url: str, api_url: str, **settings: str) -> dict[str, str]:
     return env
 
 
-def outcome_writer(db_url: str) -> tuple[Completer, Connection, RunSummary]:
+def outcome_writer(db_url: str) -> tuple[Completer, Store, RunSummary]:
     """A relay's outcome writer (schema ``public``) on a connection of its own, and its counts;
     the caller closes the connection."""
     stopping, total = asyncio.Event(), RunSummary()
-    connection = Connection(db_url, "record", stopping)
+    connection = Store(db_url, "record", stopping)
     completer = Completer(
         connection,
         schema="public",

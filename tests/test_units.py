@@ -21,8 +21,8 @@ from outbox.ratelimit import RateLimiter, RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary
 from outbox.relay.claimer import Claimer, ClaimPlan
-from outbox.relay.connection import Connection
 from outbox.relay.flood import FloodControl
+from outbox.relay.store import Store
 from outbox.telegram import send_message_args
 
 
@@ -204,7 +204,7 @@ def claimer(**config: Any) -> Claimer:
     """A claimer for sizing questions only: it never reaches its database."""
     cfg = RelayConfig(database_url="postgresql:///unused", **config)
     limiter = RateLimiter(cfg.rate_limits)
-    connection = Connection(cfg.database_url, "claim", asyncio.Event())
+    connection = Store(cfg.database_url, "claim", asyncio.Event())
     return Claimer(connection, cfg, limiter=limiter, total=RunSummary(), stopping=asyncio.Event())
 
 
@@ -234,7 +234,7 @@ def test_claims_stay_within_the_bots_rate_limit_and_stop_during_flood_control() 
     cfg = RelayConfig(database_url="postgresql:///unused", rate_limits=RateLimits(per_bot=2))
     limiter = RateLimiter(cfg.rate_limits)
     sizing = Claimer(
-        Connection(cfg.database_url, "claim", asyncio.Event()),
+        Store(cfg.database_url, "claim", asyncio.Event()),
         cfg,
         limiter=limiter,
         total=RunSummary(),
@@ -324,7 +324,7 @@ def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> N
             limiter=limiter,
             flood=flood,
             completer=Completer(
-                Connection("postgresql:///unused", "record", stopping),
+                Store("postgresql:///unused", "record", stopping),
                 schema="public",
                 flush_interval=0.02,
                 grace_seconds=0.0,

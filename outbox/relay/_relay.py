@@ -24,12 +24,12 @@ from outbox.errors import DatabaseUnavailable, OutboxError, TelegramUnavailable
 from outbox.ratelimit import RateLimiter
 from outbox.relay.claimer import Claimer
 from outbox.relay.completer import Completer
-from outbox.relay.connection import Connection
 from outbox.relay.flood import FloodControl
 from outbox.relay.listener import Listener
 from outbox.relay.maintenance import Maintenance, Reaper, Retention
 from outbox.relay.send_pool import SendPool
 from outbox.relay.startup import wait_until_reachable
+from outbox.relay.store import OutageLog, Store
 from outbox.relay.summary import RelaySnapshot, RunSummary
 from outbox.telegram import Sender
 
@@ -56,12 +56,18 @@ class Relay:
         # Poll-only is the PgBouncer mode: no server-side prepared statements there.
         prepare = not config.poll_only
         url = config.database_url
-        self._claim_connection = Connection(url, "claim", self._stopping, prepare=prepare)
-        self._record_connection = Connection(url, "record", self._stopping, prepare=prepare)
+        # One store per connection; one word in the log about the database for all of them.
+        self._outage = OutageLog()
+        self._claim_store = Store(
+            url, "claim", self._stopping, prepare=prepare, outage=self._outage
+        )
+        self._record_store = Store(
+            url, "record", self._stopping, prepare=prepare, outage=self._outage
+        )
         # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
         self.flood = FloodControl(self._limiter, schema=config.schema, bot=sender.bot_id)
         self.claimer = Claimer(
-            self._claim_connection,
+            self._claim_store,
             config,
             limiter=self._limiter,
             flood=self.flood,
@@ -69,7 +75,7 @@ class Relay:
             stopping=self._stopping,
         )
         self.completer = Completer(
-            self._record_connection,
+            self._record_store,
             schema=config.schema,
             flush_interval=config.flush_interval,
             grace_seconds=config.grace_seconds,
@@ -126,8 +132,8 @@ class Relay:
         self._stopping.set()  # a final write that cannot reach the database gives up at once
         await self._write_the_rest()
         await self._sender.close()
-        await self._claim_connection.close()
-        await self._record_connection.close()
+        await self._claim_store.close()
+        await self._record_store.close()
 
     def snapshot(self) -> RelaySnapshot:
         """The relay's figures now; safe to call from another thread (metrics)."""
@@ -178,6 +184,7 @@ class Relay:
                 stopping=self._stopping,
                 on_new_rows=self.claimer.wakeup.set,
                 on_pause=self._heard_pause,
+                outage=self._outage,
             )
             helpers.append(asyncio.create_task(listener.run(), name="outbox-listener"))
         maintenance = Maintenance(
@@ -191,6 +198,7 @@ class Relay:
             interval=self.config.reap_interval,
             stopping=self._stopping,
             on_reaped=self.claimer.wakeup.set,
+            outage=self._outage,
         )
         helpers.append(asyncio.create_task(maintenance.run(), name="outbox-maintenance"))
         for task in helpers:
@@ -240,7 +248,7 @@ class Relay:
     def _heard_pause(self, notify: psycopg.Notify) -> None:
         """Another relay wrote a pause: claim (and so read the bot's state row) at once. The
         payload is not believed: only the state row, which the outbox's code writes, pauses."""
-        if notify.pid == self._record_connection.backend_pid:
+        if notify.pid == self._record_store.backend_pid:
             return  # this relay's own announcement
         if notify.payload == self.flood.bot:
             self.claimer.wakeup.set()

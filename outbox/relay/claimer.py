@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from outbox import queries
 from outbox.config import RelayConfig
 from outbox.ratelimit import RateLimiter, RateLimits
-from outbox.relay.connection import DB_LOST, Connection
 from outbox.relay.flood import FloodControl
 from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, SendPool
+from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 
 __all__ = ["ClaimPlan", "Claimer", "fleet_limits"]
@@ -48,7 +48,7 @@ class Claimer:
 
     def __init__(
         self,
-        connection: Connection,
+        store: Store,
         config: RelayConfig,
         *,
         limiter: RateLimiter,
@@ -56,7 +56,7 @@ class Claimer:
         stopping: asyncio.Event,
         flood: FloodControl | None = None,
     ) -> None:
-        self._connection = connection
+        self._store = store
         self._config = config
         self._limiter = limiter
         self._flood = flood or FloodControl(limiter, schema=config.schema)
@@ -153,7 +153,7 @@ class Claimer:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wakeup.wait(), timeout)
 
-    # --- database steps, each surviving a lost connection -----------------------------------
+    # --- database steps (the store deals with a lost or unusable database) ----------------
 
     async def claim(self, limit: int) -> list[queries.ClaimedRow]:
         """Claim up to ``limit`` rows from this relay's queues, the first one in turn first."""
@@ -168,31 +168,30 @@ class Claimer:
         return rows
 
     async def _claim_from(self, queue: str, limit: int) -> list[queries.ClaimedRow]:
-        schema = self._config.schema
-        while True:
-            conn = await self._connection.get()
-            try:
-                bot = self._flood.bot
-                if not self._bot_known:
-                    await queries.ensure_bot(conn, bot, schema=schema)
-                    self._bot_known = True
-                rows = await queries.claim_due(
-                    conn, limit, schema=schema, queue=queue, bot=bot, limits=self._claim_limits
-                )
-            except DB_LOST as err:
-                self._connection.lost(err, conn)
-                if self._stopping.is_set():
-                    return []
-                continue
-            self._total.claimed += len(rows)
-            return rows
+        schema, bot = self._config.schema, self._flood.bot
+
+        async def claim(conn: queries.AsyncConn) -> list[queries.ClaimedRow]:
+            if not self._bot_known:
+                await queries.ensure_bot(conn, bot, schema=schema)
+                self._bot_known = True
+            return await queries.claim_due(
+                conn, limit, schema=schema, queue=queue, bot=bot, limits=self._claim_limits
+            )
+
+        try:
+            rows = await self._store.run(claim, retry=True)
+        except DatabaseLost:  # stopping
+            return []
+        self._total.claimed += len(rows)
+        return rows
 
     async def still_claimed(self, row: queries.ClaimedRow) -> bool:
-        conn = await self._connection.get()
+        schema = self._config.schema
         try:
-            return await queries.still_claimed(conn, row, schema=self._config.schema)
-        except DB_LOST as err:
-            self._connection.lost(err, conn)
+            return await self._store.run(
+                lambda conn: queries.still_claimed(conn, row, schema=schema)
+            )
+        except DatabaseLost:
             return True  # cannot tell: send; the fenced write sorts out the rest
 
     async def next_due(self, *, claimed: bool, deferred_until: float) -> float | None:
@@ -213,19 +212,19 @@ class Claimer:
         return next_due
 
     async def _seconds_until_next_due(self) -> float | None:
-        conn = await self._connection.get()
         config = self._config
         try:
-            timing = await queries.queue_timing(
-                conn,
-                config.queues,
-                schema=config.schema,
-                horizon=config.slot_horizon,
-                bot=self._flood.bot,
+            timing = await self._store.run(
+                lambda conn: queries.queue_timing(
+                    conn,
+                    config.queues,
+                    schema=config.schema,
+                    horizon=config.slot_horizon,
+                    bot=self._flood.bot,
+                )
             )
-        except DB_LOST as err:
-            self._connection.lost(err, conn)
-            return 0.0
+        except DatabaseLost:
+            return 0.0  # the claim finds out, and waits for the database
         self._held = timing.due_now
         if timing.paused:
             # Another relay of the bot (or this one) was told to wait: so is this one.

@@ -17,7 +17,7 @@ from outbox import queries
 from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.errors import OutboxError
 from outbox.ratelimit import RateLimiter
-from outbox.relay.connection import DB_LOST, Connection
+from outbox.relay.store import Store
 from outbox.schema import DEFAULT_BOT
 
 __all__ = ["MAX_FLOOD_PAUSE", "FloodControl"]
@@ -60,17 +60,17 @@ class FloodControl:
             log.warning("flood control: the bot must wait %.1f s (shared by its relays)", seconds)
         return news
 
-    async def announce(self, connection: Connection) -> None:
+    async def announce(self, store: Store) -> None:
         """Write a pause this relay got to the bot's state row, if there is one to write."""
         if not self._to_announce:
             return
         seconds, self._to_announce = self._to_announce, 0.0
-        conn = None
         try:
-            conn = await connection.get()
-            await queries.announce_pause(conn, seconds, schema=self._schema, bot=self.bot)
+            await store.run(
+                lambda conn: queries.announce_pause(
+                    conn, seconds, schema=self._schema, bot=self.bot
+                )
+            )
         except (psycopg.Error, OutboxError) as err:
             # Best effort: the other relays find out from Telegram instead, one 429 each.
             log.warning("could not tell the other relays about flood control: %s", err)
-            if isinstance(err, DB_LOST):
-                connection.lost(err, conn)

@@ -12,9 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outbox import queries
-from outbox.errors import OutboxError
 from outbox.queries import AsyncConn
-from outbox.relay.connection import DB_LOST, Connection
+from outbox.relay.store import DatabaseLost, OutageLog, Store
 
 __all__ = ["Maintenance", "Reaper", "Retention"]
 
@@ -81,8 +80,9 @@ class Maintenance:
         interval: float,
         stopping: asyncio.Event,
         on_reaped: Callable[[], None],
+        outage: OutageLog | None = None,
     ) -> None:
-        self._connection = Connection(url, "maintenance", stopping, prepare=False)
+        self._store = Store(url, "maintenance", stopping, prepare=False, outage=outage)
         self._reaper = reaper
         self._retention = retention
         # An expired claim waits at most half a lease more, whatever the reap interval.
@@ -90,31 +90,30 @@ class Maintenance:
         self._on_reaped = on_reaped
 
     async def run_once(self) -> dict[str, int] | None:
-        """One round; None if another relay holds the lock (it does the round)."""
-        conn = await self._connection.get()
+        """One round; None if another relay holds the lock (it does the round).
+        ``DatabaseLost`` if the database cannot be used now."""
+        return await self._store.run(self._round)
+
+    async def _round(self, conn: AsyncConn) -> dict[str, int] | None:
         # A round takes well under a second; one that sits idle much longer inside its
         # transaction belongs to a hung relay, and the server ends it.
         idle_limit = max(2.0, min(30.0, self._interval))
-        try:
-            reaped: dict[str, int] | None = None
-            async with conn.transaction():
-                if await queries.try_maintenance_lock(
-                    conn, schema=self._reaper.schema, idle_seconds=idle_limit
-                ):
-                    reaped = await self._reaper.run_once(conn)
-            if reaped is None:
-                return None
-            if any(reaped.values()):
-                log.warning("reaper: expired claims %s", reaped)
-                self._on_reaped()
-            if self._retention is not None:
-                # After the round, in short transactions of its own.
-                pruned = await self._retention.run_once(conn)
-                if any(pruned.values()):
-                    log.info("retention: deleted %s", pruned)
-        except DB_LOST as err:
-            self._connection.lost(err, conn)
-            raise
+        reaped: dict[str, int] | None = None
+        async with conn.transaction():
+            if await queries.try_maintenance_lock(
+                conn, schema=self._reaper.schema, idle_seconds=idle_limit
+            ):
+                reaped = await self._reaper.run_once(conn)
+        if reaped is None:
+            return None
+        if any(reaped.values()):
+            log.warning("reaper: expired claims %s", reaped)
+            self._on_reaped()
+        if self._retention is not None:
+            # After the round, in short transactions of its own.
+            pruned = await self._retention.run_once(conn)
+            if any(pruned.values()):
+                log.info("retention: deleted %s", pruned)
         return reaped
 
     async def run(self) -> None:
@@ -123,14 +122,12 @@ class Maintenance:
             while True:
                 try:
                     await self.run_once()
-                except DB_LOST:
-                    pass  # reconnects at the next round
-                except OutboxError as err:  # the database cannot be reached (said in one line)
-                    log.warning("maintenance round skipped: %s", err)
+                except DatabaseLost:
+                    pass  # said by the store; the next round connects again
                 except Exception:  # the reaper must outlive any one bad round
                     log.exception(
                         "maintenance round failed; trying again in %.0f s", self._interval
                     )
                 await asyncio.sleep(self._interval)
         finally:
-            await self._connection.close()
+            await self._store.close()
