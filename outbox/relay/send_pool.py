@@ -80,6 +80,9 @@ class SendPool:
         self._tasks: set[asyncio.Task[None]] = set()
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
         self._sending: set[int] = set()
+        # Rows (by id(row)) Telegram took whose delivery is not recorded yet: whatever fails
+        # before it is, they are recorded as delivered, never retried.
+        self._delivered: dict[int, SentMessage] = {}
         self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
         self._deferred_until = 0.0  # loop time when the last row handed back is due
 
@@ -134,8 +137,23 @@ class SendPool:
         try:
             await self._deliver(row, claimed_at)
         except Exception as err:  # a bug must not strand the row until the lease
-            log.exception("outbox %s: unexpected error while delivering", row.id, extra=_about(row))
-            self._fail(row, classify(err))
+            sent = self._delivered.get(id(row))
+            if sent is None:
+                log.exception(
+                    "outbox %s: unexpected error while delivering", row.id, extra=_about(row)
+                )
+                self._fail(row, classify(err))
+            else:
+                # Telegram took the message: a retry would send it again.
+                log.exception(
+                    "outbox %s: unexpected error after the message was delivered; recorded "
+                    "as delivered",
+                    row.id,
+                    extra=_about(row),
+                )
+                self._record_delivered(row, sent)
+            # Like any outcome, this one is written before the slot goes to the next row.
+            await self._completer.until_written()
         except asyncio.CancelledError:
             if id(row) in self._sending:
                 # The grace period ran out mid-send: the request may have reached Telegram.
@@ -150,6 +168,7 @@ class SendPool:
         finally:
             self._slots.release()
             self._sending.discard(id(row))
+            self._delivered.pop(id(row), None)
             if self._moved:
                 self._moved.pop(id(row), None)
 
@@ -213,6 +232,7 @@ class SendPool:
                     continue
                 self._handle_failure(row, failure)
                 return
+            self._delivered[key] = sent
             self._mark_sent(row, sent)
             return
 
@@ -275,6 +295,18 @@ class SendPool:
                 new_chat_id=self._moved.get(id(row)),
             )
         )
+        self._delivered.pop(id(row), None)  # recorded: nothing left to make up for
+
+    def _record_delivered(self, row: queries.ClaimedRow, sent: SentMessage) -> None:
+        """Recording the delivery failed (a bug): record it again in the plainest form, the
+        sent marker if that can be built, else done without one; never a retry."""
+        try:
+            outcome = queries.Outcome.for_row(
+                row, State.DONE, key=row.key, chat_id=sent.chat_id, message_id=sent.message_id
+            )
+        except Exception:  # noqa: BLE001 - the bug again: done is still the truth
+            outcome = queries.Outcome.for_row(row, State.DONE)
+        self._completer.record(outcome)
 
     def _handle_failure(self, row: queries.ClaimedRow, failure: Failure) -> None:
         if failure.kind is FailureKind.UNAUTHORIZED:
