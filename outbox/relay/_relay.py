@@ -152,6 +152,9 @@ class Relay:
         """
         if self._stopping.is_set():
             self._hurry.set()
+        self._stop_claiming()
+
+    def _stop_claiming(self) -> None:
         self._stopping.set()
         self.claimer.wakeup.set()
 
@@ -258,7 +261,9 @@ class Relay:
         if self._fatal is None:
             self._fatal = err
             log.error("%s", err)
-        self.stop()
+        # Not stop(): a second rejected send (they come one by one on a busy machine) is no
+        # operator's second signal, and must not cut the other sends short.
+        self._stop_claiming()
 
     def _writer_ended(self, task: asyncio.Task[None]) -> None:
         """Outcomes that are not written cost duplicates: a relay whose writer died stops
