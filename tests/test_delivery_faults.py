@@ -403,6 +403,29 @@ def test_a_second_rejected_send_does_not_cut_the_sends_in_flight_short(
     assert "may have been delivered" not in relay.stderr, relay.describe()
 
 
+def test_a_proxys_502_page_costs_one_log_line_per_failure(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    """python-telegram-bot logs the page it cannot read as JSON, with a traceback, on every
+    such answer (15 lines each, before): the relay's own line says it all."""
+    fake_telegram.script(430, Fault.bad_gateway_html(), times=2)
+    with engine.begin() as conn:
+        enqueue(conn, key="behind-a-proxy", payload=text(430))
+    relay = relays.start(OUTBOX_BACKOFF_BASE=f"{BASE}s")
+    wait_until(
+        lambda: row(engine, "behind-a-proxy")["holat"] == "bajarildi",
+        30,
+        "the message delivered after two 502s",
+        explain=relay.describe,
+    )
+    assert relay.stop() == 0, relay.describe()
+    log = relay.stderr
+    failures = [line for line in log.splitlines() if "Bad Gateway (502)" in line]
+    assert len(failures) == 2, log
+    assert "Traceback" not in log and "<html>" not in log and "JSON data" not in log, log
+    assert TEST_TOKEN.split(":")[1] not in log
+
+
 def test_shutdown_finishes_sends_within_the_grace_and_hands_the_rest_back(
     engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
 ) -> None:
