@@ -27,10 +27,9 @@ from outbox import queries
 from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
 from outbox.fake_telegram import FakeTelegram
-from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.ratelimit import RateLimits
 from outbox.relay import Relay, RunSummary
 from outbox.relay.completer import Completer
-from outbox.relay.flood import FloodControl
 from outbox.relay.store import Store
 from outbox.telegram import TelegramSender
 from tests.conftest import TEST_TOKEN
@@ -122,7 +121,6 @@ def outcome_writer(db_url: str) -> tuple[Completer, Store, RunSummary]:
         grace_seconds=0.0,
         stopping=stopping,
         total=total,
-        flood=FloodControl(RateLimiter(), schema="public"),
     )
     return completer, connection, total
 

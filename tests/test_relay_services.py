@@ -110,9 +110,9 @@ def test_a_bug_after_telegram_took_a_message_records_it_delivered_before_the_slo
         deliver, mark_sent = pool._deliver, pool._mark_sent
         bugs = iter(["first"])
 
-        async def watched(row: queries.ClaimedRow, claimed_at: float) -> None:
+        async def watched(row: queries.ClaimedRow, checked_at: float) -> None:
             unwritten_at_start.append(completer.unwritten)
-            await deliver(row, claimed_at)
+            await deliver(row, checked_at)
 
         def buggy(row: queries.ClaimedRow, sent: SentMessage) -> None:
             if row.key == next(bugs, None):

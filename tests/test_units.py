@@ -330,7 +330,6 @@ def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> N
                 grace_seconds=0.0,
                 stopping=stopping,
                 total=total,
-                flood=flood,
             ),
             still_claimed=still_claimed,
             stopping=stopping,

@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from outbox import queries
 from outbox.config import RelayConfig
 from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, SendPool
 from outbox.relay.store import DatabaseLost, Store
@@ -55,6 +55,7 @@ class Claimer:
         total: RunSummary,
         stopping: asyncio.Event,
         flood: FloodControl | None = None,
+        wakeup: asyncio.Event | None = None,
     ) -> None:
         self._store = store
         self._config = config
@@ -66,7 +67,8 @@ class Claimer:
         self._next_queue = 0
         self._total = total
         self._stopping = stopping
-        self.wakeup = asyncio.Event()
+        # Set by whoever makes work (a NOTIFY, a freed slot, a written retry, a reap, stop()).
+        self._wakeup = wakeup or asyncio.Event()
         # How far ahead claims may fill the bot's send slots; at least two slots, so that a
         # very low --rate-limit still finds room.
         per_bot = config.rate_limits.per_bot
@@ -113,22 +115,16 @@ class Claimer:
 
     # --- the loop ------------------------------------------------------------------------------
 
-    async def run(
-        self,
-        pool: SendPool,
-        *,
-        written: Callable[[], int],
-        write_pending: Callable[[], Awaitable[None]],
-        drain: bool,
-    ) -> None:
-        """Claim for ``pool`` until stopped (with ``drain``: until nothing is due or held)."""
+    async def run(self, pool: SendPool, completer: Completer, *, drain: bool) -> None:
+        """Claim for ``pool``, whose slots free up as ``completer`` writes their outcomes,
+        until stopped (with ``drain``: until nothing is due or held)."""
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             # Cleared before this round's awaits, not after them: a NOTIFY, a finished send or a
             # stop() that comes while the round claims or asks the database must still wake
             # the wait below, or the relay would sleep through it until the timeout.
-            self.wakeup.clear()
-            plan = self.plan(loop.time(), in_flight=pool.in_flight, written=written())
+            self._wakeup.clear()
+            plan = self.plan(loop.time(), in_flight=pool.in_flight, written=completer.written)
             timeout = plan.wait
             if plan.want:
                 rows = await self.claim(plan.want)
@@ -139,7 +135,8 @@ class Claimer:
                     continue
                 idle = not pool.in_flight
                 if idle:
-                    await write_pending()  # retries written now count for the next due time
+                    # Retries written now count for the next due time.
+                    await completer.write_pending()
                 next_due = await self.next_due(
                     claimed=bool(rows), deferred_until=pool.deferred_until
                 )
@@ -151,7 +148,7 @@ class Claimer:
                     # A hair late rather than early, so that the claim finds the row due.
                     timeout = min(timeout, max(next_due, 0.0) + 0.002)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), timeout)
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
 
     # --- database steps (the store deals with a lost or unusable database) ----------------
 
@@ -184,15 +181,6 @@ class Claimer:
             return []
         self._total.claimed += len(rows)
         return rows
-
-    async def still_claimed(self, row: queries.ClaimedRow) -> bool:
-        schema = self._config.schema
-        try:
-            return await self._store.run(
-                lambda conn: queries.still_claimed(conn, row, schema=schema)
-            )
-        except DatabaseLost:
-            return True  # cannot tell: send; the fenced write sorts out the rest
 
     async def next_due(self, *, claimed: bool, deferred_until: float) -> float | None:
         """Seconds until there may be work again; None: nothing is pending for this relay."""

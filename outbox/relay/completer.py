@@ -13,13 +13,11 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from outbox import queries
-from outbox.relay.flood import FloodControl
 from outbox.relay.store import DB_LOST, DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.states import State
@@ -45,8 +43,7 @@ class Completer:
         grace_seconds: float,
         stopping: asyncio.Event,
         total: RunSummary,
-        flood: FloodControl,
-        on_retry_written: Callable[[], None] = lambda: None,
+        wakeup: asyncio.Event | None = None,
     ) -> None:
         self._store = store
         self._schema = schema
@@ -54,8 +51,7 @@ class Completer:
         self._grace_seconds = grace_seconds
         self._stopping = stopping
         self._total = total
-        self._flood = flood
-        self._on_retry_written = on_retry_written
+        self._wakeup = wakeup or asyncio.Event()  # the claimer's
         self._pending: list[queries.Outcome] = []
         self._recorded = 0
         self._written = 0
@@ -132,7 +128,6 @@ class Completer:
                         self._give_up()
                         return
                     continue
-                await self._flood.announce(self._store)
 
     async def _write_waiting(self, conn: psycopg.AsyncConnection[Any]) -> None:
         batch, self._pending = self._pending, []
@@ -186,7 +181,7 @@ class Completer:
         self._written += len(batch)
         self._wake_waiters()
         if any(o.state == State.PENDING for o in batch):
-            self._on_retry_written()  # a retry may now be the earliest due row
+            self._wakeup.set()  # a retry may now be the earliest due row
 
     def _past_final_write_deadline(self) -> bool:
         now = time.monotonic()

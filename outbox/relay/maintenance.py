@@ -79,7 +79,7 @@ class Maintenance:
         retention: Retention | None,
         interval: float,
         stopping: asyncio.Event,
-        on_reaped: Callable[[], None],
+        wakeup: asyncio.Event,
         outage: OutageLog | None = None,
     ) -> None:
         self._store = Store(url, "maintenance", stopping, prepare=False, outage=outage)
@@ -87,7 +87,7 @@ class Maintenance:
         self._retention = retention
         # An expired claim waits at most half a lease more, whatever the reap interval.
         self._interval = min(interval, reaper.lease_seconds / 2)
-        self._on_reaped = on_reaped
+        self._wakeup = wakeup  # the claimer's: reaped rows are due
 
     async def run_once(self) -> dict[str, int] | None:
         """One round; None if another relay holds the lock (it does the round).
@@ -108,7 +108,7 @@ class Maintenance:
             return None
         if any(reaped.values()):
             log.warning("reaper: expired claims %s", reaped)
-            self._on_reaped()
+            self._wakeup.set()
         if self._retention is not None:
             # After the round, in short transactions of its own.
             pruned = await self._retention.run_once(conn)

@@ -14,12 +14,13 @@ from outbox.errors import TelegramUnauthorized
 from outbox.ratelimit import Booking, RateLimiter
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.retry import RetryPolicy, decide
 from outbox.states import State
 from outbox.telegram import Sender, SentMessage, send_message_args
 
-__all__ = ["LATE_FOR_SLOT", "SendPool", "late_for_slot"]
+__all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
 
 log = logging.getLogger("outbox.relay")
 
@@ -35,6 +36,20 @@ def late_for_slot(per_bot: float) -> float:
     """How late a send may be for its slot. With a per-bot limit, one slot at most: then any
     second holds at most ``per_bot + 1`` sends of the fleet (29 at the default 28)."""
     return min(LATE_FOR_SLOT, 1.0 / per_bot) if per_bot > 0 else LATE_FOR_SLOT
+
+
+def claim_check(store: Store, *, schema: str) -> Callable[[queries.ClaimedRow], Awaitable[bool]]:
+    """Whether a claimed row is still this relay's (the app may withdraw a row), asked on
+    ``store``; True when the database cannot tell: the row is sent, the fenced write sorts
+    out the rest."""
+
+    async def still_claimed(row: queries.ClaimedRow) -> bool:
+        try:
+            return await store.run(lambda conn: queries.still_claimed(conn, row, schema=schema))
+        except DatabaseLost:
+            return True
+
+    return still_claimed
 
 
 _CUT_OFF = Failure(
@@ -62,7 +77,7 @@ class SendPool:
         stopping: asyncio.Event,
         total: RunSummary,
         on_unauthorized: Callable[[TelegramUnauthorized], None],
-        on_finished: Callable[[], None] = lambda: None,
+        wakeup: asyncio.Event | None = None,
     ) -> None:
         self._sender = sender
         self._max_chat_hold = max_chat_hold
@@ -75,7 +90,7 @@ class SendPool:
         self._stopping = stopping
         self._total = total
         self._on_unauthorized = on_unauthorized
-        self._on_finished = on_finished
+        self._wakeup = wakeup or asyncio.Event()  # the claimer's: a slot is free
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
@@ -96,16 +111,21 @@ class SendPool:
         """When the last row this pool handed back for a busy chat falls due (loop time)."""
         return self._deferred_until
 
-    def start(self, rows: list[queries.ClaimedRow], claimed_at: float) -> None:
-        """Take claimed rows on; each goes as soon as a slot and the rate limits allow."""
+    def start(self, rows: list[queries.ClaimedRow], checked_at: float) -> None:
+        """Take claimed rows on; each goes as soon as a slot and the rate limits allow.
+
+        ``checked_at``: the event loop's time when the rows were known to be claimed (their
+        claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
+        ``claimed_at`` is the database's time of the claim, used only to fence the write.
+        """
         for row in rows:
-            task = asyncio.create_task(self.process(row, claimed_at))
+            task = asyncio.create_task(self.process(row, checked_at))
             self._tasks.add(task)
             task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._on_finished()
+        self._wakeup.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("send task failed", exc_info=task.exception())
 
@@ -127,15 +147,16 @@ class SendPool:
 
     # --- one row -------------------------------------------------------------------------------
 
-    async def process(self, row: queries.ClaimedRow, claimed_at: float) -> None:
-        """Send one claimed row and record its outcome; return once the outcome is written."""
+    async def process(self, row: queries.ClaimedRow, checked_at: float) -> None:
+        """Send one claimed row (known claimed at loop time ``checked_at``) and record its
+        outcome; return once the outcome is written."""
         try:
             await self._slots.acquire()
         except asyncio.CancelledError:
             self._release(row)  # never started: back to the queue untouched
             raise
         try:
-            await self._deliver(row, claimed_at)
+            await self._deliver(row, checked_at)
         except Exception as err:  # a bug must not strand the row until the lease
             sent = self._delivered.get(id(row))
             if sent is None:
@@ -172,7 +193,7 @@ class SendPool:
             if self._moved:
                 self._moved.pop(id(row), None)
 
-    async def _deliver(self, row: queries.ClaimedRow, claimed_at: float) -> None:  # noqa: PLR0911 - one exit per fate
+    async def _deliver(self, row: queries.ClaimedRow, checked_at: float) -> None:  # noqa: PLR0911 - one exit per fate
         if row.already_sent:
             self._total.already_sent += 1
             self._completer.record(queries.Outcome.for_row(row, State.DONE))
@@ -184,10 +205,10 @@ class SendPool:
             return
         loop = asyncio.get_running_loop()
         if row.wait > 0:
-            kept_at = await self._keep_slot(row, claimed_at + row.wait)
+            kept_at = await self._keep_slot(row, checked_at + row.wait)
             if kept_at is None:
                 return
-            claimed_at = kept_at  # checked just now
+            checked_at = kept_at  # checked just now
         while True:
             chat_id = args["chat_id"]
             # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
@@ -207,7 +228,7 @@ class SendPool:
                 # goes back, and it books a new one after the pause.
                 self._limiter.cancel(booking)
                 continue
-            stale = loop.time() - claimed_at > RECHECK_AFTER
+            stale = loop.time() - checked_at > RECHECK_AFTER
             if stale and not await self._still_claimed(row):
                 # The app withdrew the message (its task was completed, say) while it waited.
                 self._limiter.cancel(booking)
