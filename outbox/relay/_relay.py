@@ -12,7 +12,6 @@ listener and maintenance stop. A second ``stop()`` cuts the grace short.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 
@@ -44,7 +43,7 @@ class Relay:
         self._sender = sender
         # The bot's send slots are reserved in the database by every claim, for the whole fleet
         # (outbox.queries.claim_due): this relay's limiter keeps the pause and the chats only.
-        self._limiter = RateLimiter(dataclasses.replace(config.rate_limits, per_bot=0))
+        self._limiter = RateLimiter(config.rate_limits)
         self._stopping = asyncio.Event()  # no new claims, no new sends
         # The claimer sleeps on this between claims; whoever makes work for it sets it.
         self._wakeup = asyncio.Event()

@@ -69,10 +69,6 @@ class Claimer:
         self._stopping = stopping
         # Set by whoever makes work (a NOTIFY, a freed slot, a written retry, a reap, stop()).
         self._wakeup = wakeup or asyncio.Event()
-        # How far ahead claims may fill the bot's send slots; at least two slots, so that a
-        # very low --rate-limit still finds room.
-        per_bot = config.rate_limits.per_bot
-        self._horizon = max(config.max_chat_hold, 2.0 / per_bot if per_bot else 0.0)
         self._busy_backoff = _BUSY_BACKOFF_START
         self._release_rate = 0.0  # outcomes written (send slots freed) per second, lately
         self._rate_measured_at = 0.0
@@ -98,18 +94,13 @@ class Claimer:
         # Claim once half the rows claimed ahead have started, so that claims (each a commit)
         # stay large; with nothing claimed ahead, claim for every free slot.
         min_claim = max(1, ahead // 2)
-        # Claim no more than the bot's rate limit lets go soon: rows beyond it would only wait
-        # in memory, or be handed back.
-        bot_room = self._limiter.capacity(now, self._horizon)
-        if bot_room is not None:
-            free = min(free, bot_room)
+        # The bot's rate limit is the claim's: it reserves the fleet's send slots in the
+        # database and takes no more rows than those (queries.claim_due).
         paused = self._limiter.paused_for(now)
         if paused > 0:
             # Flood control: this bot must not send; claim nothing until the pause ends.
             return ClaimPlan(0, paused)
-        if bot_room == 0:
-            return ClaimPlan(0, 1.0 / config.rate_limits.per_bot)
-        if free >= min(min_claim, bot_room or min_claim):
+        if free >= min_claim:
             return ClaimPlan(min(free, config.batch_size), config.poll_interval)
         return ClaimPlan(0, config.poll_interval)
 
