@@ -3,9 +3,10 @@
 Three limits: per bot (about 30/s), per private chat (1/s) and per group (20/min). The bot's
 budget belongs to the whole fleet of its relays: every claim reserves its send slots in the
 database (``outbox.queries.claim_due``), and so does each chat's spacing (``chat_navbati``).
-``RateLimiter`` is one relay's own view in memory: each chat's next free moment and the bot's
-flood pause, so that a send waits for its chat rather than racing the claim's spacing.
-``RateLimits.per_bot`` is the claim's; the limiter does not use it.
+``RateLimiter`` is one relay's own view in memory: each chat's next free moment, so that a
+send waits for its chat rather than racing the claim's spacing. ``RateLimits.per_bot`` is the
+claim's, and the bot's flood pause is flood control's (``outbox.relay.flood``): the limiter
+uses neither, and takes the pause's end as the earliest moment (``after``) it may book.
 
 A message that would wait long is handed back to the queue rather than holding a send slot
 (``defer``); messages handed back for one chat come back one chat interval apart, so they do
@@ -58,27 +59,28 @@ class RateLimiter:
     limits: RateLimits = field(default_factory=RateLimits)
     _chat_next: dict[int | str, float] = field(default_factory=dict)
     _chat_deferred: dict[int | str, float] = field(default_factory=dict)
-    _paused_until: float = 0.0
     _prune_at: int = _PRUNE_AT
 
     def _chat_interval(self, chat_id: int | str) -> float:
         # Negative ids are groups and channels; positive ids are private chats.
         return self.limits.chat_interval(group=isinstance(chat_id, str) or chat_id < 0)
 
-    def _earliest(self, chat_id: int | str, now: float) -> float:
-        return max(now, self._paused_until, self._chat_next.get(chat_id, 0.0))
+    def _earliest(self, chat_id: int | str, now: float, after: float) -> float:
+        return max(now, after, self._chat_next.get(chat_id, 0.0))
 
-    def plan(self, chat_id: int | str, now: float) -> float:
-        """Seconds a message to ``chat_id`` would wait if booked now. Books nothing."""
-        return self._earliest(chat_id, now) - now
+    def plan(self, chat_id: int | str, now: float, *, after: float = 0.0) -> float:
+        """Seconds a message to ``chat_id`` would wait if booked now, and not before ``after``
+        (a flood pause's end). Books nothing."""
+        return self._earliest(chat_id, now, after) - now
 
-    def reserve(self, chat_id: int | str, now: float) -> float:
+    def reserve(self, chat_id: int | str, now: float, *, after: float = 0.0) -> float:
         """Book the next turn of ``chat_id``; return how long to wait before sending."""
-        return self.book(chat_id, now).start - now
+        return self.book(chat_id, now, after=after).start - now
 
-    def book(self, chat_id: int | str, now: float) -> Booking:
-        """Book the next turn of ``chat_id``; the booking says when the message may go."""
-        start = self._earliest(chat_id, now)
+    def book(self, chat_id: int | str, now: float, *, after: float = 0.0) -> Booking:
+        """Book the next turn of ``chat_id`` not before ``after``; the booking says when the
+        message may go."""
+        start = self._earliest(chat_id, now, after)
         chat_before = self._chat_next.get(chat_id)
         chat_interval = self._chat_interval(chat_id)
         if chat_interval:
@@ -101,13 +103,14 @@ class RateLimiter:
             else:
                 self._chat_next[booking.chat_id] = booking.chat_before
 
-    def defer(self, chat_id: int | str, now: float) -> float:
-        """Seconds until a message handed back to the queue should come back.
+    def defer(self, chat_id: int | str, now: float, *, after: float = 0.0) -> float:
+        """Seconds until a message handed back to the queue should come back (not before
+        ``after``).
 
         Messages handed back for the same chat come back one chat interval apart. Nothing is
         booked: the message books its slot when it is claimed again.
         """
-        at = now + self.plan(chat_id, now)
+        at = now + self.plan(chat_id, now, after=after)
         previous = self._chat_deferred.get(chat_id)
         if previous is not None and previous >= now:
             at = max(at, previous + self._chat_interval(chat_id))
@@ -115,13 +118,6 @@ class RateLimiter:
         if len(self._chat_deferred) > _PRUNE_AT:
             self._chat_deferred = {c: t for c, t in self._chat_deferred.items() if t > now}
         return at - now
-
-    def pause(self, seconds: float, now: float) -> None:
-        """Flood control: Telegram asked this bot to wait; every send waits."""
-        self._paused_until = max(self._paused_until, now + seconds)
-
-    def paused_for(self, now: float) -> float:
-        return max(0.0, self._paused_until - now)
 
     def _forget_idle_chats(self, now: float) -> None:
         self._chat_next = {c: t for c, t in self._chat_next.items() if t > now}

@@ -100,7 +100,7 @@ def test_a_bug_after_telegram_took_a_message_records_it_delivered_before_the_slo
             per_bot=0,
             retry=RetryPolicy(),
             limiter=limiter,
-            flood=FloodControl(limiter, schema="public"),
+            flood=FloodControl(schema="public"),
             completer=completer,
             still_claimed=still_claimed,
             stopping=asyncio.Event(),

@@ -95,10 +95,10 @@ def test_chat_limits_switched_off_hold_no_message_back() -> None:
 
 
 def test_flood_control_pauses_every_chat() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=0))
-    limiter.pause(3.0, now=10.0)
-    assert limiter.reserve(42, now=10.0) == pytest.approx(3.0)
-    assert limiter.reserve(43, now=12.0) == pytest.approx(1.0)
+    limiter, flood = RateLimiter(RateLimits(per_bot=0, per_chat=0)), FloodControl(schema="public")
+    flood.flooded(3.0, now=10.0)
+    assert limiter.reserve(42, now=10.0, after=flood.resume_at) == pytest.approx(3.0)
+    assert limiter.reserve(43, now=12.0, after=flood.resume_at) == pytest.approx(1.0)
 
 
 def test_negative_limits_are_refused() -> None:
@@ -176,9 +176,8 @@ def test_database_urls() -> None:
 def claimer(**config: Any) -> Claimer:
     """A claimer for sizing questions only: it never reaches its database."""
     cfg = RelayConfig(database_url="postgresql:///unused", **config)
-    limiter = RateLimiter(cfg.rate_limits)
     connection = Store(cfg.database_url, "claim", asyncio.Event())
-    return Claimer(connection, cfg, limiter=limiter, total=RunSummary(), stopping=asyncio.Event())
+    return Claimer(connection, cfg, total=RunSummary(), stopping=asyncio.Event())
 
 
 def test_claim_ahead_follows_the_rate_sends_finish_at() -> None:
@@ -205,23 +204,23 @@ def test_claims_fill_the_free_send_slots_and_no_more_than_a_batch() -> None:
 
 def test_claims_stop_during_flood_control() -> None:
     cfg = RelayConfig(database_url="postgresql:///unused", rate_limits=RateLimits(per_bot=2))
-    limiter = RateLimiter(cfg.rate_limits)
+    flood = FloodControl(schema="public")
     sizing = Claimer(
         Store(cfg.database_url, "claim", asyncio.Event()),
         cfg,
-        limiter=limiter,
+        flood=flood,
         total=RunSummary(),
         stopping=asyncio.Event(),
     )
     # The bot's rate limit is kept by the claim statement itself, in the database.
     assert sizing.plan(0.0, in_flight=0, written=0).want == cfg.batch_size
-    FloodControl(limiter, schema="public").flooded(3.0, now=0.0)
+    flood.flooded(3.0, now=0.0)
     assert sizing.plan(0.0, in_flight=4, written=0) == ClaimPlan(0, 3.0)
 
 
 def test_a_pause_read_from_the_queue_state_is_taken_only_when_it_makes_sense() -> None:
     def paused_for(seconds: float) -> float:
-        flood = FloodControl(RateLimiter(), schema="public")
+        flood = FloodControl(schema="public")
         flood.read(seconds, now=100.0)
         return flood.paused_for(100.0)
 
@@ -237,7 +236,7 @@ def test_telegrams_retry_after_is_capped() -> None:
 
     assert classify(tg.error.RetryAfter(7)).retry_after == 7.0
     assert classify(tg.error.RetryAfter(10**9)).retry_after == MAX_FLOOD_PAUSE
-    flood = FloodControl(RateLimiter(), schema="public")
+    flood = FloodControl(schema="public")
     flood.flooded(10**9, now=0.0)
     assert flood.paused_for(0.0) == MAX_FLOOD_PAUSE
 
@@ -249,10 +248,9 @@ def test_a_booking_given_back_leaves_no_phantom_chat_spacing() -> None:
     limiter.reserve(1, now=0.0)  # chat 1 last sent at 0: next at 1.0
     booking = limiter.book(1, now=0.0)
     assert booking.start == pytest.approx(1.0)
-    limiter.pause(0.5, now=0.2)
     limiter.cancel(booking)
     # After the pause chat 1 goes at 1.0 (its own spacing), not at 2.0 behind its old booking.
-    assert limiter.book(1, now=0.7).start == pytest.approx(1.0)
+    assert limiter.book(1, now=0.7, after=0.7).start == pytest.approx(1.0)  # paused 0.2-0.7
 
 
 def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> None:
@@ -277,7 +275,7 @@ def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> N
         now = asyncio.get_running_loop().time()
         limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
         limiter.reserve(2, now)  # chat 2 was just sent to: its next turn is in 1 s
-        flood = FloodControl(limiter, schema="public")
+        flood = FloodControl(schema="public")
         stopping, total, sender = asyncio.Event(), RunSummary(), Clocked()
 
         async def still_claimed(_row: queries.ClaimedRow) -> bool:

@@ -42,7 +42,8 @@ class Relay:
         self.config = config
         self._sender = sender
         # The bot's send slots are reserved in the database by every claim, for the whole fleet
-        # (outbox.queries.claim_due): this relay's limiter keeps the pause and the chats only.
+        # (outbox.queries.claim_due), and the pause is flood control's: this relay's limiter
+        # keeps the chats' spacing only.
         self._limiter = RateLimiter(config.rate_limits)
         self._stopping = asyncio.Event()  # no new claims, no new sends
         # The claimer sleeps on this between claims; whoever makes work for it sets it.
@@ -62,13 +63,10 @@ class Relay:
             url, "record", self._stopping, prepare=prepare, outage=self._outage
         )
         # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
-        self.flood = FloodControl(
-            self._limiter, schema=config.schema, bot=sender.bot_id, store=self._record_store
-        )
+        self.flood = FloodControl(schema=config.schema, bot=sender.bot_id, store=self._record_store)
         self.claimer = Claimer(
             self._claim_store,
             config,
-            limiter=self._limiter,
             flood=self.flood,
             total=self._total,
             stopping=self._stopping,

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 from outbox import queries
 from outbox.config import RelayConfig
-from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.ratelimit import RateLimits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, SendPool
@@ -51,7 +51,6 @@ class Claimer:
         store: Store,
         config: RelayConfig,
         *,
-        limiter: RateLimiter,
         total: RunSummary,
         stopping: asyncio.Event,
         flood: FloodControl | None = None,
@@ -59,8 +58,7 @@ class Claimer:
     ) -> None:
         self._store = store
         self._config = config
-        self._limiter = limiter
-        self._flood = flood or FloodControl(limiter, schema=config.schema)
+        self._flood = flood or FloodControl(schema=config.schema)
         self._claim_limits = fleet_limits(config.rate_limits, config.slot_horizon)
         self._bot_known = False  # the bot's state row exists
         self._held = False  # due rows wait for their chat, the bot's budget or a pause
@@ -96,7 +94,7 @@ class Claimer:
         min_claim = max(1, ahead // 2)
         # The bot's rate limit is the claim's: it reserves the fleet's send slots in the
         # database and takes no more rows than those (queries.claim_due).
-        paused = self._limiter.paused_for(now)
+        paused = self._flood.paused_for(now)
         if paused > 0:
             # Flood control: this bot must not send; claim nothing until the pause ends.
             return ClaimPlan(0, paused)

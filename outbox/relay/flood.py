@@ -18,7 +18,6 @@ import psycopg
 from outbox import queries
 from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.errors import OutboxError
-from outbox.ratelimit import RateLimiter
 from outbox.relay.store import Store
 from outbox.schema import DEFAULT_BOT
 
@@ -30,35 +29,37 @@ _NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is 
 
 
 class FloodControl:
-    """The bot's pause, kept in the rate limiter that every send books its slot with.
+    """The bot's pause, owned here: sends book their chat's turn no earlier than its end
+    (``resume_at``), and claims wait for it.
 
     A 429 pauses this relay at once and is written to the bot's state row on ``store`` (the
     relay's record connection) right away, where the other relays read it; a pause read there
     pauses this relay too. Without a store (one relay alone, in tests) nobody is told.
     """
 
-    def __init__(
-        self,
-        limiter: RateLimiter,
-        *,
-        schema: str,
-        bot: str = DEFAULT_BOT,
-        store: Store | None = None,
-    ) -> None:
-        self._limiter = limiter
+    def __init__(self, *, schema: str, bot: str = DEFAULT_BOT, store: Store | None = None) -> None:
+        self._paused_until = 0.0  # loop time
         self._schema = schema
         self.bot = bot
         self._store = store
         self._to_announce = 0.0  # seconds, not yet told to the other relays
         self._announcing: asyncio.Task[None] | None = None
 
+    @property
+    def resume_at(self) -> float:
+        """The loop time the bot may send again (in the past when it is not paused)."""
+        return self._paused_until
+
     def paused_for(self, now: float) -> float:
-        return self._limiter.paused_for(now)
+        return max(0.0, self._paused_until - now)
+
+    def _pause(self, seconds: float, now: float) -> None:
+        self._paused_until = max(self._paused_until, now + seconds)
 
     def flooded(self, retry_after: float, now: float) -> None:
         """Telegram answered 429: every send of this bot waits, and the other relays are told."""
         seconds = min(retry_after, MAX_FLOOD_PAUSE)
-        self._limiter.pause(seconds, now)
+        self._pause(seconds, now)
         self._to_announce = max(self._to_announce, seconds)
         if self._store is not None and self._announcing is None:
             self._announcing = asyncio.get_running_loop().create_task(
@@ -70,8 +71,8 @@ class FloodControl:
         if not 0 < seconds <= MAX_FLOOD_PAUSE:  # also refuses nan
             return False
         # This relay's own pause reads back a moment longer (written after it began).
-        news = self._limiter.paused_for(now) < seconds - _NEWS
-        self._limiter.pause(seconds, now)
+        news = self.paused_for(now) < seconds - _NEWS
+        self._pause(seconds, now)
         if news:
             log.warning("flood control: the bot must wait %.1f s (shared by its relays)", seconds)
         return news

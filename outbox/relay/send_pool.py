@@ -213,8 +213,9 @@ class SendPool:
             chat_id = args["chat_id"]
             # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
             now = loop.time()
-            if self._limiter.plan(chat_id, now) > self._max_chat_hold:
-                delay = self._limiter.defer(chat_id, now)
+            resume_at = self._flood.resume_at
+            if self._limiter.plan(chat_id, now, after=resume_at) > self._max_chat_hold:
+                delay = self._limiter.defer(chat_id, now, after=resume_at)
                 self._deferred_until = max(self._deferred_until, now + delay)
                 self._total.deferred += 1
                 self._hand_back(row, delay)
@@ -223,7 +224,7 @@ class SendPool:
             if booking is None:
                 self._release(row)
                 return
-            if self._limiter.paused_for(loop.time()) > 0.001:
+            if self._flood.paused_for(loop.time()) > 0.001:
                 # Flood control began while this send waited for its turn: the slot it booked
                 # goes back, and it books a new one after the pause.
                 self._limiter.cancel(booking)
@@ -292,7 +293,7 @@ class SendPool:
         if self._stopping.is_set():
             return None
         loop = asyncio.get_running_loop()
-        booking = self._limiter.book(chat_id, loop.time())
+        booking = self._limiter.book(chat_id, loop.time(), after=self._flood.resume_at)
         delay = booking.start - loop.time()
         if delay > 0:
             with contextlib.suppress(TimeoutError):
