@@ -342,7 +342,7 @@ class SendPool:
             return
         if failure.retry_after:
             # Flood control is per bot: every send of this bot waits, not only this row, and
-            # so do the other relays (told with the next write).
+            # so do the other relays (flood control tells them at once).
             self._flood.flooded(failure.retry_after, asyncio.get_running_loop().time())
         self._fail(row, failure)
 
