@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -92,6 +93,19 @@ class _SpreadRequest(BaseRequest):
     @property
     def read_timeout(self) -> float | None:
         return self._pools[0].read_timeout
+
+    @staticmethod
+    def parse_json_payload(payload: bytes) -> dict[str, Any]:
+        """The Bot API's JSON answer. A page that is not JSON (a proxy's 502) raises the same
+        error python-telegram-bot raises, without its log of the whole page and a traceback
+        on every such answer: the relay logs the failure once, in one line."""
+        try:
+            parsed = json.loads(payload.decode("utf-8", "replace"))
+        except ValueError:
+            raise tg.TelegramError("Invalid server response") from None
+        if not isinstance(parsed, dict):
+            raise tg.TelegramError("Invalid server response")
+        return parsed
 
     async def initialize(self) -> None:
         for pool in self._pools:

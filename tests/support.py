@@ -29,11 +29,10 @@ from outbox import queries
 from outbox.cli import main as cli_main
 from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
-from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.ratelimit import RateLimits
 from outbox.relay import Relay, RunSummary
 from outbox.relay.completer import Completer
-from outbox.relay.connection import Connection
-from outbox.relay.flood import FloodControl
+from outbox.relay.store import Store
 from outbox.telegram import TelegramSender
 from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
@@ -131,11 +130,11 @@ def relay_env(db_url: str, api_url: str, **settings: str) -> dict[str, str]:
     return env
 
 
-def outcome_writer(db_url: str) -> tuple[Completer, Connection, RunSummary]:
+def outcome_writer(db_url: str) -> tuple[Completer, Store, RunSummary]:
     """A relay's outcome writer (schema ``public``) on a connection of its own, and its counts;
     the caller closes the connection."""
     stopping, total = asyncio.Event(), RunSummary()
-    connection = Connection(db_url, "record", stopping)
+    connection = Store(db_url, "record", stopping)
     completer = Completer(
         connection,
         schema="public",
@@ -143,7 +142,6 @@ def outcome_writer(db_url: str) -> tuple[Completer, Connection, RunSummary]:
         grace_seconds=0.0,
         stopping=stopping,
         total=total,
-        flood=FloodControl(RateLimiter(), schema="public"),
     )
     return completer, connection, total
 

@@ -378,6 +378,50 @@ def test_rejected_token_stops_the_relay_and_releases_its_claims(
     assert rows == [("kutmoqda", 0, True)] * 10
 
 
+def test_a_second_rejected_send_does_not_cut_the_sends_in_flight_short(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    """Each rejected send stops the relay; the second one used to count as an operator's
+    second signal, cutting off the sends still in flight as maybe delivered (an attempt
+    spent): what made the test above fail on a busy machine, where the 401s came apart."""
+    fake_telegram.script(420, Fault.unauthorized())
+    fake_telegram.script(421, Fault.unauthorized())
+    fake_telegram.script(422, Fault.unauthorized().after(1.0))  # still in flight meanwhile
+    with engine.begin() as conn:
+        for chat in (420, 421, 422):
+            enqueue(conn, key=f"t{chat}", payload=text(chat))
+    relay = relays.start()
+    assert relay.wait(30) == 6, relay.describe()
+    assert [s for _, s in sends_to(fake_telegram, 422)] == [401], relay.describe()
+    with engine.begin() as conn:
+        rows = conn.exec_driver_sql("SELECT kalit, holat, urinish FROM outbox ORDER BY 1").all()
+    assert rows == [(f"t{c}", "kutmoqda", 0) for c in (420, 421, 422)], relay.describe()
+    assert "may have been delivered" not in relay.stderr, relay.describe()
+
+
+def test_a_proxys_502_page_costs_one_log_line_per_failure(
+    engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
+) -> None:
+    """python-telegram-bot logs the page it cannot read as JSON, with a traceback, on every
+    such answer (15 lines each, before): the relay's own line says it all."""
+    fake_telegram.script(430, Fault.bad_gateway_html(), times=2)
+    with engine.begin() as conn:
+        enqueue(conn, key="behind-a-proxy", payload=text(430))
+    relay = relays.start(OUTBOX_BACKOFF_BASE=f"{BASE}s")
+    wait_until(
+        lambda: row(engine, "behind-a-proxy")["holat"] == "bajarildi",
+        30,
+        "the message delivered after two 502s",
+        explain=relay.describe,
+    )
+    assert relay.stop() == 0, relay.describe()
+    log = relay.stderr
+    failures = [line for line in log.splitlines() if "Bad Gateway (502)" in line]
+    assert len(failures) == 2, log
+    assert "Traceback" not in log and "<html>" not in log and "JSON data" not in log, log
+    assert TEST_TOKEN.split(":")[1] not in log
+
+
 def test_shutdown_finishes_sends_within_the_grace_and_hands_the_rest_back(
     engine: sa.Engine, fake_telegram: FakeTelegram, relays: Relays
 ) -> None:

@@ -20,7 +20,7 @@ from outbox.db import create_engine
 from outbox.errors import OutboxError
 from outbox.ratelimit import RateLimits
 from outbox.relay import RunSummary
-from outbox.relay.connection import DB_LOST, Connection
+from outbox.relay.store import Store
 from outbox.states import State
 from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.conftest import TEMPLATE, TEST_TOKEN
@@ -42,6 +42,11 @@ from tests.support import (
 # --- 1. reconnect stampede ---------------------------------------------------------------------
 
 
+async def _this_connection(conn: psycopg.AsyncConnection[Any]) -> psycopg.AsyncConnection[Any]:
+    await conn.execute("SELECT 1")
+    return conn
+
+
 def test_a_lost_connection_is_opened_again_once_however_many_tasks_need_it(
     engine: sa.Engine, db_url: str
 ) -> None:
@@ -49,27 +54,19 @@ def test_a_lost_connection_is_opened_again_once_however_many_tasks_need_it(
     one new connection serves them all (before the fix: 21 tasks opened 21 connections)."""
 
     async def scenario() -> list[psycopg.AsyncConnection[Any]]:
-        connection = Connection(db_url, "claim", asyncio.Event())
-        first = await connection.get()
+        store = Store(db_url, "claim", asyncio.Event())
+        first = await store.run(_this_connection)
         with engine.begin() as conn:  # the server drops the relay's connection
             conn.exec_driver_sql(f"SELECT pg_terminate_backend({first.info.backend_pid})")
-
-        async def use() -> psycopg.AsyncConnection[Any]:
-            conn = await connection.get()
-            try:
-                await conn.execute("SELECT 1")
-            except DB_LOST as err:
-                connection.lost(err, conn)
-                conn = await connection.get()
-                await conn.execute("SELECT 1")
-            return conn
-
         try:
-            used = await asyncio.gather(*(use() for _ in range(21)))
+            used = await asyncio.gather(
+                *(store.run(_this_connection, retry=True) for _ in range(21))
+            )
             assert len(backends(engine, "true")) == 1, backends(engine, "true")
+            assert store.connects == 2
             return used
         finally:
-            await connection.close()
+            await store.close()
 
     used = asyncio.run(scenario())
     assert len({id(conn) for conn in used}) == 1

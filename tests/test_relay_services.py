@@ -3,14 +3,22 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
+from typing import Any
 
 import psycopg
+import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue, queries
+from outbox.ratelimit import RateLimiter
 from outbox.relay import RunSummary
+from outbox.relay.flood import FloodControl
+from outbox.relay.send_pool import SendPool
+from outbox.retry import RetryPolicy
 from outbox.states import State
-from tests.support import outcome_writer, row
+from outbox.telegram import NullSender, SentMessage
+from tests.support import UNLIMITED, outcome_writer, row
 
 
 def test_the_completer_writes_a_batch_in_one_go_and_counts_what_the_fence_kept_out(
@@ -50,3 +58,79 @@ def test_the_completer_writes_a_batch_in_one_go_and_counts_what_the_fence_kept_o
     )
     assert row(engine, "retry")["holat"] == "kutmoqda"
     assert row(engine, "reaped")["holat"] == "kutmoqda"  # untouched by the discarded outcome
+
+
+class Recording(NullSender):
+    """Takes every message at once, and keeps what it took."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent: list[object] = []
+
+    async def send(self, args: Mapping[str, Any]) -> SentMessage:
+        self.sent.append(args["text"])
+        return await super().send(args)
+
+
+def test_a_bug_after_telegram_took_a_message_records_it_delivered_before_the_slot_is_freed(
+    engine: sa.Engine, db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Before: recorded as an ordinary transient failure (the retry sent it again), and its
+    send slot went to the next row before that outcome was written."""
+    with engine.begin() as conn:
+        for chat, key in enumerate(("first", "second")):
+            enqueue(conn, key=key, payload={"chat_id": chat + 1, "text": key})
+    sender = Recording()
+    unwritten_at_start: list[int] = []  # outcomes not yet written as each row got its slot
+
+    async def scenario() -> None:
+        completer, store, total = outcome_writer(db_url)
+        writer = asyncio.create_task(completer.run())
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as claimer:
+            claimed = await queries.claim_due(claimer, 2, schema="public")
+        limiter = RateLimiter(UNLIMITED)
+
+        async def still_claimed(_row: queries.ClaimedRow) -> bool:
+            return True
+
+        pool = SendPool(
+            sender,
+            concurrency=1,
+            max_chat_hold=1.5,
+            per_bot=0,
+            retry=RetryPolicy(),
+            limiter=limiter,
+            flood=FloodControl(schema="public"),
+            completer=completer,
+            still_claimed=still_claimed,
+            stopping=asyncio.Event(),
+            total=total,
+            on_unauthorized=lambda _err: None,
+        )
+        deliver, mark_sent = pool._deliver, pool._mark_sent
+        bugs = iter(["first"])
+
+        async def watched(row: queries.ClaimedRow, checked_at: float) -> None:
+            unwritten_at_start.append(completer.unwritten)
+            await deliver(row, checked_at)
+
+        def buggy(row: queries.ClaimedRow, sent: SentMessage) -> None:
+            if row.key == next(bugs, None):
+                raise RuntimeError("a bug between Telegram's answer and the outcome")
+            mark_sent(row, sent)
+
+        monkeypatch.setattr(pool, "_deliver", watched)
+        monkeypatch.setattr(pool, "_mark_sent", buggy)
+        pool.start(claimed, asyncio.get_running_loop().time())
+        await pool.finish(10.0, asyncio.Event())
+        completer.stop()
+        await writer
+        await store.close()
+
+    asyncio.run(scenario())
+    assert sender.sent == ["first", "second"]
+    first = row(engine, "first")
+    assert (first["holat"], first["urinish"]) == ("bajarildi", 1), first
+    assert first["marker_message"] is not None  # a replay refuses it: no second send
+    assert row(engine, "second")["holat"] == "bajarildi"
+    assert unwritten_at_start == [0, 0]

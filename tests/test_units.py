@@ -21,8 +21,8 @@ from outbox.ratelimit import RateLimiter, RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary
 from outbox.relay.claimer import Claimer, ClaimPlan
-from outbox.relay.connection import Connection
 from outbox.relay.flood import FloodControl
+from outbox.relay.store import Store
 from outbox.telegram import send_message_args
 
 
@@ -66,37 +66,12 @@ def test_private_chat_gets_one_message_per_second_and_others_are_not_held() -> N
     assert limiter.plan(1, now=100.5) == pytest.approx(1.5)
 
 
-def test_a_busy_chat_does_not_hold_back_other_chats_under_the_bot_limit() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=1.0, chat_margin=0.0))
-    assert limiter.reserve(1, now=0.0) == 0.0
-    assert limiter.reserve(1, now=0.0) == pytest.approx(1.0)  # chat 1 waits for its second
-    # Other chats take the free bot slots before chat 1's second message.
-    assert [limiter.reserve(c, now=0.0) for c in (2, 3, 4)] == pytest.approx([0.1, 0.2, 0.3])
-
-
-def test_no_two_messages_share_a_bot_slot() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=1.0, chat_margin=0.0))
-    times = [limiter.reserve(c % 3, now=0.0) for c in range(30)]
-    assert len({round(t, 6) for t in times}) == 30
-    for start in (t for t in times):
-        assert sum(1 for t in times if start <= t < start + 1.0) <= 10
-
-
 def test_messages_handed_back_for_one_chat_come_back_spaced() -> None:
     limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
     limiter.reserve(1, now=0.0)
     limiter.reserve(1, now=0.0)  # chat 1 is booked until t=2
     backs = [limiter.defer(1, now=0.0) for _ in range(3)]
     assert backs == pytest.approx([2.0, 3.0, 4.0])
-
-
-def test_capacity_counts_free_bot_slots() -> None:
-    assert RateLimiter(RateLimits(per_bot=0)).capacity(0.0, 1.0) is None
-    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=0))
-    assert limiter.capacity(0.0, 1.0) == 11  # slots 0.0, 0.1, ..., 1.0
-    for chat in range(4):
-        limiter.reserve(chat, now=0.0)
-    assert limiter.capacity(0.0, 1.0) == 7
 
 
 def test_groups_get_twenty_per_minute() -> None:
@@ -113,19 +88,17 @@ def test_chat_spacing_keeps_a_margin_by_default() -> None:
     assert [limiter.reserve(-7, now=0.0) for _ in range(21)][-1] == pytest.approx(61.0)
 
 
-def test_per_bot_pacing_and_switch_off() -> None:
-    paced = RateLimiter(RateLimits(per_bot=10, per_chat=0))
-    waits = [paced.reserve(chat, now=0.0) for chat in range(5)]
-    assert waits == pytest.approx([0.0, 0.1, 0.2, 0.3, 0.4])
-    free = RateLimiter(RateLimits(per_bot=0, per_chat=0))
+def test_chat_limits_switched_off_hold_no_message_back() -> None:
+    # The bot's budget is the claim's (in the database): the limiter ignores per_bot.
+    free = RateLimiter(RateLimits(per_bot=10, per_chat=0, per_group_per_minute=0))
     assert [free.reserve(chat, now=0.0) for chat in range(5)] == [0.0] * 5
 
 
 def test_flood_control_pauses_every_chat() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=0))
-    limiter.pause(3.0, now=10.0)
-    assert limiter.reserve(42, now=10.0) == pytest.approx(3.0)
-    assert limiter.reserve(43, now=12.0) == pytest.approx(1.0)
+    limiter, flood = RateLimiter(RateLimits(per_bot=0, per_chat=0)), FloodControl(schema="public")
+    flood.flooded(3.0, now=10.0)
+    assert limiter.reserve(42, now=10.0, after=flood.resume_at) == pytest.approx(3.0)
+    assert limiter.reserve(43, now=12.0, after=flood.resume_at) == pytest.approx(1.0)
 
 
 def test_negative_limits_are_refused() -> None:
@@ -203,9 +176,8 @@ def test_database_urls() -> None:
 def claimer(**config: Any) -> Claimer:
     """A claimer for sizing questions only: it never reaches its database."""
     cfg = RelayConfig(database_url="postgresql:///unused", **config)
-    limiter = RateLimiter(cfg.rate_limits)
-    connection = Connection(cfg.database_url, "claim", asyncio.Event())
-    return Claimer(connection, cfg, limiter=limiter, total=RunSummary(), stopping=asyncio.Event())
+    connection = Store(cfg.database_url, "claim", asyncio.Event())
+    return Claimer(connection, cfg, total=RunSummary(), stopping=asyncio.Event())
 
 
 def test_claim_ahead_follows_the_rate_sends_finish_at() -> None:
@@ -230,28 +202,25 @@ def test_claims_fill_the_free_send_slots_and_no_more_than_a_batch() -> None:
     assert sizing.plan(0.0, in_flight=8, written=0) == ClaimPlan(0, 30.0)
 
 
-def test_claims_stay_within_the_bots_rate_limit_and_stop_during_flood_control() -> None:
+def test_claims_stop_during_flood_control() -> None:
     cfg = RelayConfig(database_url="postgresql:///unused", rate_limits=RateLimits(per_bot=2))
-    limiter = RateLimiter(cfg.rate_limits)
+    flood = FloodControl(schema="public")
     sizing = Claimer(
-        Connection(cfg.database_url, "claim", asyncio.Event()),
+        Store(cfg.database_url, "claim", asyncio.Event()),
         cfg,
-        limiter=limiter,
+        flood=flood,
         total=RunSummary(),
         stopping=asyncio.Event(),
     )
-    # 2 messages/s over the 1.5 s the claimer looks ahead: slots at 0, 0.5, 1.0 and 1.5 s.
-    assert sizing.plan(0.0, in_flight=0, written=0).want == 4
-    for chat in range(4):
-        limiter.reserve(chat, now=0.0)
-    assert sizing.plan(0.0, in_flight=4, written=0) == ClaimPlan(0, 0.5)
-    FloodControl(limiter, schema="public").flooded(3.0, now=0.0)
+    # The bot's rate limit is kept by the claim statement itself, in the database.
+    assert sizing.plan(0.0, in_flight=0, written=0).want == cfg.batch_size
+    flood.flooded(3.0, now=0.0)
     assert sizing.plan(0.0, in_flight=4, written=0) == ClaimPlan(0, 3.0)
 
 
 def test_a_pause_read_from_the_queue_state_is_taken_only_when_it_makes_sense() -> None:
     def paused_for(seconds: float) -> float:
-        flood = FloodControl(RateLimiter(), schema="public")
+        flood = FloodControl(schema="public")
         flood.read(seconds, now=100.0)
         return flood.paused_for(100.0)
 
@@ -267,24 +236,21 @@ def test_telegrams_retry_after_is_capped() -> None:
 
     assert classify(tg.error.RetryAfter(7)).retry_after == 7.0
     assert classify(tg.error.RetryAfter(10**9)).retry_after == MAX_FLOOD_PAUSE
-    flood = FloodControl(RateLimiter(), schema="public")
+    flood = FloodControl(schema="public")
     flood.flooded(10**9, now=0.0)
     assert flood.paused_for(0.0) == MAX_FLOOD_PAUSE
 
 
-def test_a_booking_given_back_leaves_no_phantom_slot_or_chat_spacing() -> None:
+def test_a_booking_given_back_leaves_no_phantom_chat_spacing() -> None:
     # A message booked its turn, then flood control began: it gives the booking back and books
-    # again after the pause. The slot and the chat spacing it held must be free again.
-    limiter = RateLimiter(RateLimits(per_bot=10, per_chat=1.0, chat_margin=0.0))
+    # again after the pause. The chat spacing it held must be free again.
+    limiter = RateLimiter(RateLimits(per_chat=1.0, chat_margin=0.0))
     limiter.reserve(1, now=0.0)  # chat 1 last sent at 0: next at 1.0
-    before = limiter.capacity(1.0, 2.0)
     booking = limiter.book(1, now=0.0)
     assert booking.start == pytest.approx(1.0)
-    limiter.pause(0.5, now=0.2)
     limiter.cancel(booking)
-    assert limiter.capacity(1.0, 2.0) == before
     # After the pause chat 1 goes at 1.0 (its own spacing), not at 2.0 behind its old booking.
-    assert limiter.book(1, now=0.7).start == pytest.approx(1.0)
+    assert limiter.book(1, now=0.7, after=0.7).start == pytest.approx(1.0)  # paused 0.2-0.7
 
 
 def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> None:
@@ -309,7 +275,7 @@ def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> N
         now = asyncio.get_running_loop().time()
         limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
         limiter.reserve(2, now)  # chat 2 was just sent to: its next turn is in 1 s
-        flood = FloodControl(limiter, schema="public")
+        flood = FloodControl(schema="public")
         stopping, total, sender = asyncio.Event(), RunSummary(), Clocked()
 
         async def still_claimed(_row: queries.ClaimedRow) -> bool:
@@ -324,13 +290,12 @@ def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> N
             limiter=limiter,
             flood=flood,
             completer=Completer(
-                Connection("postgresql:///unused", "record", stopping),
+                Store("postgresql:///unused", "record", stopping),
                 schema="public",
                 flush_interval=0.02,
                 grace_seconds=0.0,
                 stopping=stopping,
                 total=total,
-                flood=flood,
             ),
             still_claimed=still_claimed,
             stopping=stopping,

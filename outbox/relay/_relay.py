@@ -12,11 +12,8 @@ listener and maintenance stop. A second ``stop()`` cuts the grace short.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
-
-import psycopg
 
 from outbox.config import RelayConfig
 from outbox.db import check_schema
@@ -24,12 +21,12 @@ from outbox.errors import DatabaseUnavailable, OutboxError, TelegramUnavailable
 from outbox.ratelimit import RateLimiter
 from outbox.relay.claimer import Claimer
 from outbox.relay.completer import Completer
-from outbox.relay.connection import Connection
 from outbox.relay.flood import FloodControl
 from outbox.relay.listener import Listener
 from outbox.relay.maintenance import Maintenance, Reaper, Retention
-from outbox.relay.send_pool import SendPool
+from outbox.relay.send_pool import SendPool, claim_check
 from outbox.relay.startup import wait_until_reachable
+from outbox.relay.store import OutageLog, Store
 from outbox.relay.summary import RelaySnapshot, RunSummary
 from outbox.telegram import Sender
 
@@ -41,42 +38,48 @@ log = logging.getLogger("outbox.relay")
 class Relay:
     """Use as ``async with Relay(config, sender) as relay: await relay.run()``."""
 
-    def __init__(
-        self, config: RelayConfig, sender: Sender, *, limiter: RateLimiter | None = None
-    ) -> None:
+    def __init__(self, config: RelayConfig, sender: Sender) -> None:
         self.config = config
         self._sender = sender
         # The bot's send slots are reserved in the database by every claim, for the whole fleet
-        # (outbox.queries.claim_due): this relay's limiter keeps the pause and the chats only.
-        self._limiter = limiter or RateLimiter(dataclasses.replace(config.rate_limits, per_bot=0))
+        # (outbox.queries.claim_due), and the pause is flood control's: this relay's limiter
+        # keeps the chats' spacing only.
+        self._limiter = RateLimiter(config.rate_limits)
         self._stopping = asyncio.Event()  # no new claims, no new sends
+        # The claimer sleeps on this between claims; whoever makes work for it sets it.
+        self._wakeup = asyncio.Event()
         self._hurry = asyncio.Event()  # a second stop: no more grace
         self._fatal: BaseException | None = None
         self._total = RunSummary()
         # Poll-only is the PgBouncer mode: no server-side prepared statements there.
         prepare = not config.poll_only
         url = config.database_url
-        self._claim_connection = Connection(url, "claim", self._stopping, prepare=prepare)
-        self._record_connection = Connection(url, "record", self._stopping, prepare=prepare)
+        # One store per connection; one word in the log about the database for all of them.
+        self._outage = OutageLog()
+        self._claim_store = Store(
+            url, "claim", self._stopping, prepare=prepare, outage=self._outage
+        )
+        self._record_store = Store(
+            url, "record", self._stopping, prepare=prepare, outage=self._outage
+        )
         # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
-        self.flood = FloodControl(self._limiter, schema=config.schema, bot=sender.bot_id)
+        self.flood = FloodControl(schema=config.schema, bot=sender.bot_id, store=self._record_store)
         self.claimer = Claimer(
-            self._claim_connection,
+            self._claim_store,
             config,
-            limiter=self._limiter,
             flood=self.flood,
             total=self._total,
             stopping=self._stopping,
+            wakeup=self._wakeup,
         )
         self.completer = Completer(
-            self._record_connection,
+            self._record_store,
             schema=config.schema,
             flush_interval=config.flush_interval,
             grace_seconds=config.grace_seconds,
             stopping=self._stopping,
             total=self._total,
-            flood=self.flood,
-            on_retry_written=self.claimer.wakeup.set,
+            wakeup=self._wakeup,
         )
         self.send_pool = SendPool(
             sender,
@@ -87,11 +90,11 @@ class Relay:
             limiter=self._limiter,
             flood=self.flood,
             completer=self.completer,
-            still_claimed=self.claimer.still_claimed,
+            still_claimed=claim_check(self._claim_store, schema=config.schema),
             stopping=self._stopping,
             total=self._total,
             on_unauthorized=self._fail,
-            on_finished=self.claimer.wakeup.set,
+            wakeup=self._wakeup,
         )
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -125,9 +128,10 @@ class Relay:
     async def close(self) -> None:
         self._stopping.set()  # a final write that cannot reach the database gives up at once
         await self._write_the_rest()
+        await self.flood.close()
         await self._sender.close()
-        await self._claim_connection.close()
-        await self._record_connection.close()
+        await self._claim_store.close()
+        await self._record_store.close()
 
     def snapshot(self) -> RelaySnapshot:
         """The relay's figures now; safe to call from another thread (metrics)."""
@@ -146,8 +150,11 @@ class Relay:
         """
         if self._stopping.is_set():
             self._hurry.set()
+        self._stop_claiming()
+
+    def _stop_claiming(self) -> None:
         self._stopping.set()
-        self.claimer.wakeup.set()
+        self._wakeup.set()
 
     # --- one batch, for tests and tools ------------------------------------------------------
 
@@ -156,8 +163,8 @@ class Relay:
         before = self._total.copy()
         if not self._stopping.is_set():
             rows = await self.claimer.claim(self.config.batch_size)
-            claimed_at = asyncio.get_running_loop().time()
-            await asyncio.gather(*(self.send_pool.process(row, claimed_at) for row in rows))
+            checked_at = asyncio.get_running_loop().time()
+            await asyncio.gather(*(self.send_pool.process(row, checked_at) for row in rows))
             await self.completer.write_pending()
         self._raise_if_fatal()
         return self._total.since(before)
@@ -175,9 +182,11 @@ class Relay:
             listener = Listener(
                 self.config.database_url,
                 schema=self.config.schema,
+                bot=self.flood.bot,
+                announcer=self._record_store,
                 stopping=self._stopping,
-                on_new_rows=self.claimer.wakeup.set,
-                on_pause=self._heard_pause,
+                wakeup=self._wakeup,
+                outage=self._outage,
             )
             helpers.append(asyncio.create_task(listener.run(), name="outbox-listener"))
         maintenance = Maintenance(
@@ -190,18 +199,14 @@ class Relay:
             retention=self._retention(),
             interval=self.config.reap_interval,
             stopping=self._stopping,
-            on_reaped=self.claimer.wakeup.set,
+            wakeup=self._wakeup,
+            outage=self._outage,
         )
         helpers.append(asyncio.create_task(maintenance.run(), name="outbox-maintenance"))
         for task in helpers:
             task.add_done_callback(_log_if_died)
         try:
-            await self.claimer.run(
-                self.send_pool,
-                written=lambda: self.completer.written,
-                write_pending=self.completer.write_pending,
-                drain=drain,
-            )
+            await self.claimer.run(self.send_pool, self.completer, drain=drain)
         finally:
             # 1. No new claims, no new sends.
             self._stopping.set()
@@ -237,20 +242,14 @@ class Relay:
             batch_size=self.config.prune_batch_size,
         )
 
-    def _heard_pause(self, notify: psycopg.Notify) -> None:
-        """Another relay wrote a pause: claim (and so read the bot's state row) at once. The
-        payload is not believed: only the state row, which the outbox's code writes, pauses."""
-        if notify.pid == self._record_connection.backend_pid:
-            return  # this relay's own announcement
-        if notify.payload == self.flood.bot:
-            self.claimer.wakeup.set()
-
     def _fail(self, err: BaseException) -> None:
         """Stop the relay because of ``err``; ``run`` raises it once the relay has stopped."""
         if self._fatal is None:
             self._fatal = err
             log.error("%s", err)
-        self.stop()
+        # Not stop(): a second rejected send (they come one by one on a busy machine) is no
+        # operator's second signal, and must not cut the other sends short.
+        self._stop_claiming()
 
     def _writer_ended(self, task: asyncio.Task[None]) -> None:
         """Outcomes that are not written cost duplicates: a relay whose writer died stops

@@ -10,15 +10,15 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 from outbox import queries
 from outbox.config import RelayConfig
-from outbox.ratelimit import RateLimiter, RateLimits
-from outbox.relay.connection import DB_LOST, Connection
+from outbox.ratelimit import RateLimits
+from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, SendPool
+from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 
 __all__ = ["ClaimPlan", "Claimer", "fleet_limits"]
@@ -48,29 +48,25 @@ class Claimer:
 
     def __init__(
         self,
-        connection: Connection,
+        store: Store,
         config: RelayConfig,
         *,
-        limiter: RateLimiter,
         total: RunSummary,
         stopping: asyncio.Event,
         flood: FloodControl | None = None,
+        wakeup: asyncio.Event | None = None,
     ) -> None:
-        self._connection = connection
+        self._store = store
         self._config = config
-        self._limiter = limiter
-        self._flood = flood or FloodControl(limiter, schema=config.schema)
+        self._flood = flood or FloodControl(schema=config.schema)
         self._claim_limits = fleet_limits(config.rate_limits, config.slot_horizon)
         self._bot_known = False  # the bot's state row exists
         self._held = False  # due rows wait for their chat, the bot's budget or a pause
         self._next_queue = 0
         self._total = total
         self._stopping = stopping
-        self.wakeup = asyncio.Event()
-        # How far ahead claims may fill the bot's send slots; at least two slots, so that a
-        # very low --rate-limit still finds room.
-        per_bot = config.rate_limits.per_bot
-        self._horizon = max(config.max_chat_hold, 2.0 / per_bot if per_bot else 0.0)
+        # Set by whoever makes work (a NOTIFY, a freed slot, a written retry, a reap, stop()).
+        self._wakeup = wakeup or asyncio.Event()
         self._busy_backoff = _BUSY_BACKOFF_START
         self._release_rate = 0.0  # outcomes written (send slots freed) per second, lately
         self._rate_measured_at = 0.0
@@ -96,39 +92,28 @@ class Claimer:
         # Claim once half the rows claimed ahead have started, so that claims (each a commit)
         # stay large; with nothing claimed ahead, claim for every free slot.
         min_claim = max(1, ahead // 2)
-        # Claim no more than the bot's rate limit lets go soon: rows beyond it would only wait
-        # in memory, or be handed back.
-        bot_room = self._limiter.capacity(now, self._horizon)
-        if bot_room is not None:
-            free = min(free, bot_room)
-        paused = self._limiter.paused_for(now)
+        # The bot's rate limit is the claim's: it reserves the fleet's send slots in the
+        # database and takes no more rows than those (queries.claim_due).
+        paused = self._flood.paused_for(now)
         if paused > 0:
             # Flood control: this bot must not send; claim nothing until the pause ends.
             return ClaimPlan(0, paused)
-        if bot_room == 0:
-            return ClaimPlan(0, 1.0 / config.rate_limits.per_bot)
-        if free >= min(min_claim, bot_room or min_claim):
+        if free >= min_claim:
             return ClaimPlan(min(free, config.batch_size), config.poll_interval)
         return ClaimPlan(0, config.poll_interval)
 
     # --- the loop ------------------------------------------------------------------------------
 
-    async def run(
-        self,
-        pool: SendPool,
-        *,
-        written: Callable[[], int],
-        write_pending: Callable[[], Awaitable[None]],
-        drain: bool,
-    ) -> None:
-        """Claim for ``pool`` until stopped (with ``drain``: until nothing is due or held)."""
+    async def run(self, pool: SendPool, completer: Completer, *, drain: bool) -> None:
+        """Claim for ``pool``, whose slots free up as ``completer`` writes their outcomes,
+        until stopped (with ``drain``: until nothing is due or held)."""
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             # Cleared before this round's awaits, not after them: a NOTIFY, a finished send or a
             # stop() that comes while the round claims or asks the database must still wake
             # the wait below, or the relay would sleep through it until the timeout.
-            self.wakeup.clear()
-            plan = self.plan(loop.time(), in_flight=pool.in_flight, written=written())
+            self._wakeup.clear()
+            plan = self.plan(loop.time(), in_flight=pool.in_flight, written=completer.written)
             timeout = plan.wait
             if plan.want:
                 rows = await self.claim(plan.want)
@@ -139,7 +124,8 @@ class Claimer:
                     continue
                 idle = not pool.in_flight
                 if idle:
-                    await write_pending()  # retries written now count for the next due time
+                    # Retries written now count for the next due time.
+                    await completer.write_pending()
                 next_due = await self.next_due(
                     claimed=bool(rows), deferred_until=pool.deferred_until
                 )
@@ -151,9 +137,9 @@ class Claimer:
                     # A hair late rather than early, so that the claim finds the row due.
                     timeout = min(timeout, max(next_due, 0.0) + 0.002)
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self.wakeup.wait(), timeout)
+                await asyncio.wait_for(self._wakeup.wait(), timeout)
 
-    # --- database steps, each surviving a lost connection -----------------------------------
+    # --- database steps (the store deals with a lost or unusable database) ----------------
 
     async def claim(self, limit: int) -> list[queries.ClaimedRow]:
         """Claim up to ``limit`` rows from this relay's queues, the first one in turn first."""
@@ -168,32 +154,22 @@ class Claimer:
         return rows
 
     async def _claim_from(self, queue: str, limit: int) -> list[queries.ClaimedRow]:
-        schema = self._config.schema
-        while True:
-            conn = await self._connection.get()
-            try:
-                bot = self._flood.bot
-                if not self._bot_known:
-                    await queries.ensure_bot(conn, bot, schema=schema)
-                    self._bot_known = True
-                rows = await queries.claim_due(
-                    conn, limit, schema=schema, queue=queue, bot=bot, limits=self._claim_limits
-                )
-            except DB_LOST as err:
-                self._connection.lost(err, conn)
-                if self._stopping.is_set():
-                    return []
-                continue
-            self._total.claimed += len(rows)
-            return rows
+        schema, bot = self._config.schema, self._flood.bot
 
-    async def still_claimed(self, row: queries.ClaimedRow) -> bool:
-        conn = await self._connection.get()
+        async def claim(conn: queries.AsyncConn) -> list[queries.ClaimedRow]:
+            if not self._bot_known:
+                await queries.ensure_bot(conn, bot, schema=schema)
+                self._bot_known = True
+            return await queries.claim_due(
+                conn, limit, schema=schema, queue=queue, bot=bot, limits=self._claim_limits
+            )
+
         try:
-            return await queries.still_claimed(conn, row, schema=self._config.schema)
-        except DB_LOST as err:
-            self._connection.lost(err, conn)
-            return True  # cannot tell: send; the fenced write sorts out the rest
+            rows = await self._store.run(claim, retry=True)
+        except DatabaseLost:  # stopping
+            return []
+        self._total.claimed += len(rows)
+        return rows
 
     async def next_due(self, *, claimed: bool, deferred_until: float) -> float | None:
         """Seconds until there may be work again; None: nothing is pending for this relay."""
@@ -213,19 +189,19 @@ class Claimer:
         return next_due
 
     async def _seconds_until_next_due(self) -> float | None:
-        conn = await self._connection.get()
         config = self._config
         try:
-            timing = await queries.queue_timing(
-                conn,
-                config.queues,
-                schema=config.schema,
-                horizon=config.slot_horizon,
-                bot=self._flood.bot,
+            timing = await self._store.run(
+                lambda conn: queries.queue_timing(
+                    conn,
+                    config.queues,
+                    schema=config.schema,
+                    horizon=config.slot_horizon,
+                    bot=self._flood.bot,
+                )
             )
-        except DB_LOST as err:
-            self._connection.lost(err, conn)
-            return 0.0
+        except DatabaseLost:
+            return 0.0  # the claim finds out, and waits for the database
         self._held = timing.due_now
         if timing.paused:
             # Another relay of the bot (or this one) was told to wait: so is this one.

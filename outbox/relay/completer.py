@@ -13,15 +13,12 @@ import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
 from typing import Any
 
 import psycopg
 
 from outbox import queries
-from outbox.errors import OutboxError
-from outbox.relay.connection import DB_LOST, Connection
-from outbox.relay.flood import FloodControl
+from outbox.relay.store import DB_LOST, DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.states import State
 
@@ -29,7 +26,6 @@ __all__ = ["Completer"]
 
 log = logging.getLogger("outbox.relay")
 
-_RETRY_WRITE_AFTER = 0.1  # seconds between writes while the database is away
 # While stopping, a write that cannot reach the database is tried this long after the grace
 # period: written outcomes (sent markers) are worth a few reconnects.
 _FINAL_WRITE_PATIENCE = 5.0
@@ -40,24 +36,22 @@ class Completer:
 
     def __init__(
         self,
-        connection: Connection,
+        store: Store,
         *,
         schema: str,
         flush_interval: float,
         grace_seconds: float,
         stopping: asyncio.Event,
         total: RunSummary,
-        flood: FloodControl,
-        on_retry_written: Callable[[], None] = lambda: None,
+        wakeup: asyncio.Event | None = None,
     ) -> None:
-        self._connection = connection
+        self._store = store
         self._schema = schema
         self._flush_interval = flush_interval
         self._grace_seconds = grace_seconds
         self._stopping = stopping
         self._total = total
-        self._flood = flood
-        self._on_retry_written = on_retry_written
+        self._wakeup = wakeup or asyncio.Event()  # the claimer's
         self._pending: list[queries.Outcome] = []
         self._recorded = 0
         self._written = 0
@@ -122,23 +116,22 @@ class Completer:
         self._give_up_at = time.monotonic()
 
     async def write_pending(self) -> None:
-        """Write every waiting outcome; on a lost connection keep them and try again."""
+        """Write every waiting outcome; while the database is away keep them and try again
+        (the store spaces the attempts)."""
         async with self._lock:
             while self._pending:
-                batch, self._pending = self._pending, []
-                conn = None
                 try:
-                    conn = await self._connection.get()
-                    await self._write(conn, batch)
-                except (*DB_LOST, OutboxError) as err:
+                    await self._store.run(self._write_waiting)
+                except DatabaseLost:
                     # _write put back what it did not write.
-                    self._connection.lost(err, conn)
                     if self._stopping.is_set() and self._past_final_write_deadline():
                         self._give_up()
                         return
-                    await asyncio.sleep(_RETRY_WRITE_AFTER)
                     continue
-                await self._flood.announce(self._connection)
+
+    async def _write_waiting(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        batch, self._pending = self._pending, []
+        await self._write(conn, batch)
 
     async def _write(
         self, conn: psycopg.AsyncConnection[Any], batch: list[queries.Outcome]
@@ -188,7 +181,7 @@ class Completer:
         self._written += len(batch)
         self._wake_waiters()
         if any(o.state == State.PENDING for o in batch):
-            self._on_retry_written()  # a retry may now be the earliest due row
+            self._wakeup.set()  # a retry may now be the earliest due row
 
     def _past_final_write_deadline(self) -> bool:
         now = time.monotonic()

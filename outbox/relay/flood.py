@@ -9,6 +9,8 @@ Pauses are capped at ``MAX_FLOOD_PAUSE`` (10 minutes), Telegram's ``retry_after`
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 
 import psycopg
@@ -16,8 +18,7 @@ import psycopg
 from outbox import queries
 from outbox.classify import MAX_FLOOD_PAUSE
 from outbox.errors import OutboxError
-from outbox.ratelimit import RateLimiter
-from outbox.relay.connection import DB_LOST, Connection
+from outbox.relay.store import Store
 from outbox.schema import DEFAULT_BOT
 
 __all__ = ["MAX_FLOOD_PAUSE", "FloodControl"]
@@ -28,49 +29,71 @@ _NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is 
 
 
 class FloodControl:
-    """The bot's pause, kept in the rate limiter that every send books its slot with.
+    """The bot's pause, owned here: sends book their chat's turn no earlier than its end
+    (``resume_at``), and claims wait for it.
 
-    A 429 pauses this relay at once and is written to the bot's state row (with the next write of
-    outcomes), where the other relays read it; a pause read there pauses this relay too.
+    A 429 pauses this relay at once and is written to the bot's state row on ``store`` (the
+    relay's record connection) right away, where the other relays read it; a pause read there
+    pauses this relay too. Without a store (one relay alone, in tests) nobody is told.
     """
 
-    def __init__(self, limiter: RateLimiter, *, schema: str, bot: str = DEFAULT_BOT) -> None:
-        self._limiter = limiter
+    def __init__(self, *, schema: str, bot: str = DEFAULT_BOT, store: Store | None = None) -> None:
+        self._paused_until = 0.0  # loop time
         self._schema = schema
         self.bot = bot
+        self._store = store
         self._to_announce = 0.0  # seconds, not yet told to the other relays
+        self._announcing: asyncio.Task[None] | None = None
+
+    @property
+    def resume_at(self) -> float:
+        """The loop time the bot may send again (in the past when it is not paused)."""
+        return self._paused_until
 
     def paused_for(self, now: float) -> float:
-        return self._limiter.paused_for(now)
+        return max(0.0, self._paused_until - now)
+
+    def _pause(self, seconds: float, now: float) -> None:
+        self._paused_until = max(self._paused_until, now + seconds)
 
     def flooded(self, retry_after: float, now: float) -> None:
         """Telegram answered 429: every send of this bot waits, and the other relays are told."""
         seconds = min(retry_after, MAX_FLOOD_PAUSE)
-        self._limiter.pause(seconds, now)
+        self._pause(seconds, now)
         self._to_announce = max(self._to_announce, seconds)
+        if self._store is not None and self._announcing is None:
+            self._announcing = asyncio.get_running_loop().create_task(
+                self._announce(self._store), name="outbox-flood-announce"
+            )
 
     def read(self, seconds: float, now: float) -> bool:
         """The bot's state row says it is paused for ``seconds``; True if that is news."""
         if not 0 < seconds <= MAX_FLOOD_PAUSE:  # also refuses nan
             return False
         # This relay's own pause reads back a moment longer (written after it began).
-        news = self._limiter.paused_for(now) < seconds - _NEWS
-        self._limiter.pause(seconds, now)
+        news = self.paused_for(now) < seconds - _NEWS
+        self._pause(seconds, now)
         if news:
             log.warning("flood control: the bot must wait %.1f s (shared by its relays)", seconds)
         return news
 
-    async def announce(self, connection: Connection) -> None:
-        """Write a pause this relay got to the bot's state row, if there is one to write."""
-        if not self._to_announce:
-            return
-        seconds, self._to_announce = self._to_announce, 0.0
-        conn = None
+    async def _announce(self, store: Store) -> None:
+        """Write the pause this relay got to the bot's state row (and any that came meanwhile)."""
         try:
-            conn = await connection.get()
-            await queries.announce_pause(conn, seconds, schema=self._schema, bot=self.bot)
-        except (psycopg.Error, OutboxError) as err:
-            # Best effort: the other relays find out from Telegram instead, one 429 each.
-            log.warning("could not tell the other relays about flood control: %s", err)
-            if isinstance(err, DB_LOST):
-                connection.lost(err, conn)
+            while self._to_announce:
+                seconds, self._to_announce = self._to_announce, 0.0
+                try:
+                    await store.run(functools.partial(self._write, seconds=seconds))
+                except (psycopg.Error, OutboxError) as err:
+                    # Best effort: the other relays find out from Telegram instead, a 429 each.
+                    log.warning("could not tell the other relays about flood control: %s", err)
+        finally:
+            self._announcing = None
+
+    async def _write(self, conn: queries.AsyncConn, *, seconds: float) -> None:
+        await queries.announce_pause(conn, seconds, schema=self._schema, bot=self.bot)
+
+    async def close(self) -> None:
+        """Wait for an announcement under way (the relay's last writes come after it)."""
+        if self._announcing is not None:
+            await asyncio.gather(self._announcing, return_exceptions=True)

@@ -12,10 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outbox import queries
-from outbox.errors import OutboxError
 from outbox.presentation import pruned_text, reaped_text
 from outbox.queries import AsyncConn, Pruned, Reaped
-from outbox.relay.connection import DB_LOST, Connection
+from outbox.relay.store import DatabaseLost, OutageLog, Store
 
 __all__ = ["Maintenance", "Reaper", "Retention"]
 
@@ -81,41 +80,41 @@ class Maintenance:
         retention: Retention | None,
         interval: float,
         stopping: asyncio.Event,
-        on_reaped: Callable[[], None],
+        wakeup: asyncio.Event,
+        outage: OutageLog | None = None,
     ) -> None:
-        self._connection = Connection(url, "maintenance", stopping, prepare=False)
+        self._store = Store(url, "maintenance", stopping, prepare=False, outage=outage)
         self._reaper = reaper
         self._retention = retention
         # An expired claim waits at most half a lease more, whatever the reap interval.
         self._interval = min(interval, reaper.lease_seconds / 2)
-        self._on_reaped = on_reaped
+        self._wakeup = wakeup  # the claimer's: reaped rows are due
 
     async def run_once(self) -> Reaped | None:
-        """One round; None if another relay holds the lock (it does the round)."""
-        conn = await self._connection.get()
+        """One round; None if another relay holds the lock (it does the round).
+        ``DatabaseLost`` if the database cannot be used now."""
+        return await self._store.run(self._round)
+
+    async def _round(self, conn: AsyncConn) -> Reaped | None:
         # A round takes well under a second; one that sits idle much longer inside its
         # transaction belongs to a hung relay, and the server ends it.
         idle_limit = max(2.0, min(30.0, self._interval))
-        try:
-            reaped: Reaped | None = None
-            async with conn.transaction():
-                if await queries.try_maintenance_lock(
-                    conn, schema=self._reaper.schema, idle_seconds=idle_limit
-                ):
-                    reaped = await self._reaper.run_once(conn)
-            if reaped is None:
-                return None
-            if reaped:
-                log.warning("reaper: expired claims: %s", reaped_text(reaped))
-                self._on_reaped()
-            if self._retention is not None:
-                # After the round, in short transactions of its own.
-                pruned = await self._retention.run_once(conn)
-                if pruned:
-                    log.info("retention: deleted %s", pruned_text(pruned))
-        except DB_LOST as err:
-            self._connection.lost(err, conn)
-            raise
+        reaped: Reaped | None = None
+        async with conn.transaction():
+            if await queries.try_maintenance_lock(
+                conn, schema=self._reaper.schema, idle_seconds=idle_limit
+            ):
+                reaped = await self._reaper.run_once(conn)
+        if reaped is None:
+            return None
+        if reaped:
+            log.warning("reaper: expired claims: %s", reaped_text(reaped))
+            self._wakeup.set()
+        if self._retention is not None:
+            # After the round, in short transactions of its own.
+            pruned = await self._retention.run_once(conn)
+            if pruned:
+                log.info("retention: deleted %s", pruned_text(pruned))
         return reaped
 
     async def run(self) -> None:
@@ -124,14 +123,12 @@ class Maintenance:
             while True:
                 try:
                     await self.run_once()
-                except DB_LOST:
-                    pass  # reconnects at the next round
-                except OutboxError as err:  # the database cannot be reached (said in one line)
-                    log.warning("maintenance round skipped: %s", err)
+                except DatabaseLost:
+                    pass  # said by the store; the next round connects again
                 except Exception:  # the reaper must outlive any one bad round
                     log.exception(
                         "maintenance round failed; trying again in %.0f s", self._interval
                     )
                 await asyncio.sleep(self._interval)
         finally:
-            await self._connection.close()
+            await self._store.close()

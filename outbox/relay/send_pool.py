@@ -14,12 +14,13 @@ from outbox.errors import TelegramUnauthorized
 from outbox.ratelimit import Booking, RateLimiter
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.retry import RetryPolicy, decide
 from outbox.states import State
 from outbox.telegram import Sender, SentMessage, send_message_args
 
-__all__ = ["LATE_FOR_SLOT", "SendPool", "late_for_slot"]
+__all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
 
 log = logging.getLogger("outbox.relay")
 
@@ -35,6 +36,20 @@ def late_for_slot(per_bot: float) -> float:
     """How late a send may be for its slot. With a per-bot limit, one slot at most: then any
     second holds at most ``per_bot + 1`` sends of the fleet (29 at the default 28)."""
     return min(LATE_FOR_SLOT, 1.0 / per_bot) if per_bot > 0 else LATE_FOR_SLOT
+
+
+def claim_check(store: Store, *, schema: str) -> Callable[[queries.ClaimedRow], Awaitable[bool]]:
+    """Whether a claimed row is still this relay's (the app may withdraw a row), asked on
+    ``store``; True when the database cannot tell: the row is sent, the fenced write sorts
+    out the rest."""
+
+    async def still_claimed(row: queries.ClaimedRow) -> bool:
+        try:
+            return await store.run(lambda conn: queries.still_claimed(conn, row, schema=schema))
+        except DatabaseLost:
+            return True
+
+    return still_claimed
 
 
 _CUT_OFF = Failure(
@@ -62,7 +77,7 @@ class SendPool:
         stopping: asyncio.Event,
         total: RunSummary,
         on_unauthorized: Callable[[TelegramUnauthorized], None],
-        on_finished: Callable[[], None] = lambda: None,
+        wakeup: asyncio.Event | None = None,
     ) -> None:
         self._sender = sender
         self._max_chat_hold = max_chat_hold
@@ -75,11 +90,14 @@ class SendPool:
         self._stopping = stopping
         self._total = total
         self._on_unauthorized = on_unauthorized
-        self._on_finished = on_finished
+        self._wakeup = wakeup or asyncio.Event()  # the claimer's: a slot is free
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
         self._sending: set[int] = set()
+        # Rows (by id(row)) Telegram took whose delivery is not recorded yet: whatever fails
+        # before it is, they are recorded as delivered, never retried.
+        self._delivered: dict[int, SentMessage] = {}
         self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
         self._deferred_until = 0.0  # loop time when the last row handed back is due
 
@@ -93,16 +111,21 @@ class SendPool:
         """When the last row this pool handed back for a busy chat falls due (loop time)."""
         return self._deferred_until
 
-    def start(self, rows: list[queries.ClaimedRow], claimed_at: float) -> None:
-        """Take claimed rows on; each goes as soon as a slot and the rate limits allow."""
+    def start(self, rows: list[queries.ClaimedRow], checked_at: float) -> None:
+        """Take claimed rows on; each goes as soon as a slot and the rate limits allow.
+
+        ``checked_at``: the event loop's time when the rows were known to be claimed (their
+        claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
+        ``claimed_at`` is the database's time of the claim, used only to fence the write.
+        """
         for row in rows:
-            task = asyncio.create_task(self.process(row, claimed_at))
+            task = asyncio.create_task(self.process(row, checked_at))
             self._tasks.add(task)
             task.add_done_callback(self._finished)
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
-        self._on_finished()
+        self._wakeup.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("send task failed", exc_info=task.exception())
 
@@ -124,18 +147,34 @@ class SendPool:
 
     # --- one row -------------------------------------------------------------------------------
 
-    async def process(self, row: queries.ClaimedRow, claimed_at: float) -> None:
-        """Send one claimed row and record its outcome; return once the outcome is written."""
+    async def process(self, row: queries.ClaimedRow, checked_at: float) -> None:
+        """Send one claimed row (known claimed at loop time ``checked_at``) and record its
+        outcome; return once the outcome is written."""
         try:
             await self._slots.acquire()
         except asyncio.CancelledError:
             self._release(row)  # never started: back to the queue untouched
             raise
         try:
-            await self._deliver(row, claimed_at)
+            await self._deliver(row, checked_at)
         except Exception as err:  # a bug must not strand the row until the lease
-            log.exception("outbox %s: unexpected error while delivering", row.id, extra=_about(row))
-            self._fail(row, classify(err))
+            sent = self._delivered.get(id(row))
+            if sent is None:
+                log.exception(
+                    "outbox %s: unexpected error while delivering", row.id, extra=_about(row)
+                )
+                self._fail(row, classify(err))
+            else:
+                # Telegram took the message: a retry would send it again.
+                log.exception(
+                    "outbox %s: unexpected error after the message was delivered; recorded "
+                    "as delivered",
+                    row.id,
+                    extra=_about(row),
+                )
+                self._record_delivered(row, sent)
+            # Like any outcome, this one is written before the slot goes to the next row.
+            await self._completer.until_written()
         except asyncio.CancelledError:
             if id(row) in self._sending:
                 # The grace period ran out mid-send: the request may have reached Telegram.
@@ -150,10 +189,11 @@ class SendPool:
         finally:
             self._slots.release()
             self._sending.discard(id(row))
+            self._delivered.pop(id(row), None)
             if self._moved:
                 self._moved.pop(id(row), None)
 
-    async def _deliver(self, row: queries.ClaimedRow, claimed_at: float) -> None:  # noqa: PLR0911 - one exit per fate
+    async def _deliver(self, row: queries.ClaimedRow, checked_at: float) -> None:  # noqa: PLR0911 - one exit per fate
         if row.already_sent:
             self._total.already_sent += 1
             self._completer.record(queries.Outcome.for_row(row, State.DONE))
@@ -165,16 +205,17 @@ class SendPool:
             return
         loop = asyncio.get_running_loop()
         if row.wait > 0:
-            kept_at = await self._keep_slot(row, claimed_at + row.wait)
+            kept_at = await self._keep_slot(row, checked_at + row.wait)
             if kept_at is None:
                 return
-            claimed_at = kept_at  # checked just now
+            checked_at = kept_at  # checked just now
         while True:
             chat_id = args["chat_id"]
             # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
             now = loop.time()
-            if self._limiter.plan(chat_id, now) > self._max_chat_hold:
-                delay = self._limiter.defer(chat_id, now)
+            resume_at = self._flood.resume_at
+            if self._limiter.plan(chat_id, now, after=resume_at) > self._max_chat_hold:
+                delay = self._limiter.defer(chat_id, now, after=resume_at)
                 self._deferred_until = max(self._deferred_until, now + delay)
                 self._total.deferred += 1
                 self._hand_back(row, delay)
@@ -183,12 +224,12 @@ class SendPool:
             if booking is None:
                 self._release(row)
                 return
-            if self._limiter.paused_for(loop.time()) > 0.001:
+            if self._flood.paused_for(loop.time()) > 0.001:
                 # Flood control began while this send waited for its turn: the slot it booked
                 # goes back, and it books a new one after the pause.
                 self._limiter.cancel(booking)
                 continue
-            stale = loop.time() - claimed_at > RECHECK_AFTER
+            stale = loop.time() - checked_at > RECHECK_AFTER
             if stale and not await self._still_claimed(row):
                 # The app withdrew the message (its task was completed, say) while it waited.
                 self._limiter.cancel(booking)
@@ -213,6 +254,7 @@ class SendPool:
                     continue
                 self._handle_failure(row, failure)
                 return
+            self._delivered[key] = sent
             self._mark_sent(row, sent)
             return
 
@@ -251,7 +293,7 @@ class SendPool:
         if self._stopping.is_set():
             return None
         loop = asyncio.get_running_loop()
-        booking = self._limiter.book(chat_id, loop.time())
+        booking = self._limiter.book(chat_id, loop.time(), after=self._flood.resume_at)
         delay = booking.start - loop.time()
         if delay > 0:
             with contextlib.suppress(TimeoutError):
@@ -275,6 +317,18 @@ class SendPool:
                 new_chat_id=self._moved.get(id(row)),
             )
         )
+        self._delivered.pop(id(row), None)  # recorded: nothing left to make up for
+
+    def _record_delivered(self, row: queries.ClaimedRow, sent: SentMessage) -> None:
+        """Recording the delivery failed (a bug): record it again in the plainest form, the
+        sent marker if that can be built, else done without one; never a retry."""
+        try:
+            outcome = queries.Outcome.for_row(
+                row, State.DONE, key=row.key, chat_id=sent.chat_id, message_id=sent.message_id
+            )
+        except Exception:  # noqa: BLE001 - the bug again: done is still the truth
+            outcome = queries.Outcome.for_row(row, State.DONE)
+        self._completer.record(outcome)
 
     def _handle_failure(self, row: queries.ClaimedRow, failure: Failure) -> None:
         if failure.kind is FailureKind.UNAUTHORIZED:
@@ -288,7 +342,7 @@ class SendPool:
             return
         if failure.retry_after:
             # Flood control is per bot: every send of this bot waits, not only this row, and
-            # so do the other relays (told with the next write).
+            # so do the other relays (flood control tells them at once).
             self._flood.flooded(failure.retry_after, asyncio.get_running_loop().time())
         self._fail(row, failure)
 
