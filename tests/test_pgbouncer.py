@@ -425,6 +425,7 @@ def test_migrate_leaves_no_lock_in_a_pooled_server_connection(
 
 
 def test_without_pgbouncer_the_tests_skip_and_say_why(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OUTBOX_REQUIRE_SYSTEM_TOOLS", raising=False)  # as on a developer's machine
     monkeypatch.setattr("tests.pgbouncer.shutil.which", lambda _name: None)
     monkeypatch.setattr("tests.pgbouncer.os.access", lambda _path, _mode: False)
     with pytest.raises(pytest.skip.Exception, match=re.escape(pgbouncer.NOT_INSTALLED)):
