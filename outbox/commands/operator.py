@@ -181,7 +181,9 @@ def _in_queues(status: queries.QueueStatus, matches: Callable[[queries.QueueFigu
 def register(commands: Commands) -> None:
     listing = commands.add("list", cmd_list, "messages, newest first", json=True)
     listing.add(
+        "--state",
         "--holat",
+        dest="holat",
         env="OUTBOX_LIST_HOLAT",
         default=None,
         convert=state_name,
@@ -189,7 +191,9 @@ def register(commands: Commands) -> None:
         metavar="STATE",
     )
     listing.add(
+        "--kind",
         "--tur",
+        dest="tur",
         env="OUTBOX_LIST_TUR",
         default=None,
         help="only this kind, e.g. eslatma",
@@ -221,7 +225,9 @@ def register(commands: Commands) -> None:
     )
     replay.add_argument("--all-failed", action="store_true", help="replay every xato message")
     replay.add(
+        "--kind",
         "--tur",
+        dest="tur",
         env="OUTBOX_REPLAY_TUR",
         default=None,
         help="with --all-failed: only this kind",

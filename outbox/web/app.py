@@ -123,7 +123,9 @@ class _FailedFilter:
                 raise InvalidInput(str(err)) from None
         since_text = inputs.field(values, "since", "time filter")
         since = inputs.duration_seconds(since_text, "time filter") if since_text else None
-        return cls(inputs.field(values, "tur", "kind") or None, queue, since_text, since)
+        # "tur" likewise: the page's old spelling of the kind filter.
+        kind = inputs.field(values, "kind", "kind") or inputs.field(values, "tur", "kind") or None
+        return cls(kind, queue, since_text, since)
 
     def messages(self, conn: Connection, *, schema: str, limit: int) -> list[Message]:
         return api.failed_messages(
