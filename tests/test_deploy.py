@@ -335,9 +335,9 @@ def test_the_image_builds_a_wheel_and_runs_as_a_user_with_a_health_check() -> No
     # Every folder the wheel is built from is copied into the build stage: a package added to
     # pyproject.toml without a COPY would be missing from the image.
     setuptools = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
-    folders = {p.split(".")[0] for p in setuptools["packages"]} - set(
-        p.split(".")[0] for p in setuptools["package-dir"]
-    ) | set(setuptools["package-dir"].values())
+    package_dir: dict[str, str] = setuptools["package-dir"]
+    tops = {p for p in setuptools["packages"] if "." not in p and p not in package_dir}
+    folders = tops | {folder.split("/")[0] for folder in package_dir.values()}
     copied = {r.split()[0] for w, r in build if w == "COPY"}
     assert folders <= copied, f"not copied into the build stage: {folders - copied}"
     ignore = (ROOT / ".dockerignore").read_text().splitlines()
