@@ -33,8 +33,8 @@ unit: $(STAMP)
 	$(BIN)/pytest -m unit
 
 lint: $(STAMP)
-	$(BIN)/ruff check outbox outbox_testing reminders migrations tests bench examples
-	$(BIN)/ruff format --check outbox outbox_testing reminders migrations tests bench examples
+	$(BIN)/ruff check outbox outbox_testing reminders migrations tests bench examples deploy
+	$(BIN)/ruff format --check outbox outbox_testing reminders migrations tests bench examples deploy
 
 typecheck: $(STAMP)
 	$(BIN)/mypy
