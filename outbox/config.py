@@ -66,9 +66,6 @@ class RelayConfig:
     # Outcomes are written as soon as the previous write is done (group commit), and at least
     # this often.
     flush_interval: float = 0.02
-    # A message waiting longer for its chat goes back to the queue; a little over one private
-    # chat's spacing (1.05 s), so that a chat's next message waits in memory, not in the table.
-    max_chat_hold: float = 1.5
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     rate_limits: RateLimits = field(default_factory=RateLimits)
     # The queues this relay serves, all of its one bot (the token): they share its limits.

@@ -31,9 +31,13 @@ from outbox.config import RelayConfig
 from outbox.embedded import postgres_bin_dir
 from outbox.ratelimit import RateLimits
 from outbox.relay import Relay, RunSummary
+from outbox.relay.claimer import fleet_limits
 from outbox.relay.completer import Completer
+from outbox.relay.flood import FloodControl
+from outbox.relay.send_pool import SendPool
 from outbox.relay.store import Store
-from outbox.telegram import TelegramSender
+from outbox.retry import RetryPolicy
+from outbox.telegram import Sender, TelegramSender
 from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
 
@@ -56,6 +60,7 @@ __all__ = [
     "rows_and_markers",
     "run_cli",
     "run_module",
+    "send_pool",
     "start_own_postgres",
     "states",
     "text",
@@ -144,6 +149,36 @@ def outcome_writer(db_url: str) -> tuple[Completer, Store, RunSummary]:
         total=total,
     )
     return completer, connection, total
+
+
+def send_pool(
+    sender: Sender,
+    completer: Completer,
+    total: RunSummary,
+    *,
+    limits: RateLimits = UNLIMITED,
+    flood: FloodControl | None = None,
+    concurrency: int = 1,
+) -> SendPool:
+    """A relay's send pool alone: the claim's ``limits``, every row still claimed, and no
+    token rejected."""
+
+    async def still_claimed(_row: queries.ClaimedRow) -> bool:
+        return True
+
+    return SendPool(
+        sender,
+        concurrency=concurrency,
+        limits=fleet_limits(limits, horizon=1.0),
+        grace_seconds=10.0,
+        retry=RetryPolicy(),
+        flood=flood or FloodControl(schema="public"),
+        completer=completer,
+        still_claimed=still_claimed,
+        stopping=asyncio.Event(),
+        total=total,
+        on_unauthorized=lambda _err: None,
+    )
 
 
 def run_module(

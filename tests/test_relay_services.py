@@ -11,14 +11,10 @@ import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue, queries
-from outbox.ratelimit import RateLimiter
 from outbox.relay import RunSummary
-from outbox.relay.flood import FloodControl
-from outbox.relay.send_pool import SendPool
-from outbox.retry import RetryPolicy
 from outbox.states import State
 from outbox.telegram import NullSender, SentMessage
-from tests.support import UNLIMITED, outcome_writer, row
+from tests.support import outcome_writer, row, send_pool
 
 
 def test_the_completer_writes_a_batch_in_one_go_and_counts_what_the_fence_kept_out(
@@ -88,25 +84,7 @@ def test_a_bug_after_telegram_took_a_message_records_it_delivered_before_the_slo
         writer = asyncio.create_task(completer.run())
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as claimer:
             claimed = await queries.claim_due(claimer, 2, schema="public")
-        limiter = RateLimiter(UNLIMITED)
-
-        async def still_claimed(_row: queries.ClaimedRow) -> bool:
-            return True
-
-        pool = SendPool(
-            sender,
-            concurrency=1,
-            max_chat_hold=1.5,
-            per_bot=0,
-            retry=RetryPolicy(),
-            limiter=limiter,
-            flood=FloodControl(schema="public"),
-            completer=completer,
-            still_claimed=still_claimed,
-            stopping=asyncio.Event(),
-            total=total,
-            on_unauthorized=lambda _err: None,
-        )
+        pool = send_pool(sender, completer, total)
         deliver, mark_sent = pool._deliver, pool._mark_sent
         bugs = iter(["first"])
 

@@ -12,18 +12,22 @@ from typing import Any
 
 import pytest
 
+from outbox import queries
 from outbox.classify import MalformedPayload
 from outbox.config import RelayConfig, read_token, telegram_api_url
 from outbox.db import normalize_url, redact_url, with_database
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import ConfigError, InvalidInput
-from outbox.ratelimit import RateLimiter, RateLimits
+from outbox.ratelimit import RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary
 from outbox.relay.claimer import Claimer, ClaimPlan
+from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.store import Store
-from outbox.telegram import send_message_args
+from outbox.states import State
+from outbox.telegram import NullSender, SentMessage, send_message_args
+from tests.support import UNLIMITED, send_pool
 
 
 @pytest.mark.parametrize(
@@ -58,47 +62,18 @@ def test_format_duration() -> None:
     )
 
 
-def test_private_chat_gets_one_message_per_second_and_others_are_not_held() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
-    assert limiter.reserve(1, now=100.0) == 0.0
-    assert limiter.reserve(1, now=100.0) == pytest.approx(1.0)
-    assert limiter.reserve(2, now=100.0) == 0.0  # another chat is not held back
-    assert limiter.plan(1, now=100.5) == pytest.approx(1.5)
-
-
-def test_messages_handed_back_for_one_chat_come_back_spaced() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
-    limiter.reserve(1, now=0.0)
-    limiter.reserve(1, now=0.0)  # chat 1 is booked until t=2
-    backs = [limiter.defer(1, now=0.0) for _ in range(3)]
-    assert backs == pytest.approx([2.0, 3.0, 4.0])
-
-
-def test_groups_get_twenty_per_minute() -> None:
-    limiter = RateLimiter(RateLimits(per_bot=0, per_group_per_minute=20, chat_margin=0.0))
-    waits = [limiter.reserve(-100123, now=0.0) for _ in range(3)]
-    assert waits == pytest.approx([0.0, 3.0, 6.0])
-
-
-def test_chat_spacing_keeps_a_margin_by_default() -> None:
+def test_the_claims_chat_spacing_keeps_a_margin_and_a_sends_lateness() -> None:
     # Requests travel unevenly: spaced exactly 1 s (3 s) apart they may arrive closer than
-    # Telegram's window allows, so the default spacing is a little longer.
-    limiter = RateLimiter(RateLimits(per_bot=0))
-    assert [limiter.reserve(7, now=0.0) for _ in range(2)] == pytest.approx([0.0, 1.05])
-    assert [limiter.reserve(-7, now=0.0) for _ in range(21)][-1] == pytest.approx(61.0)
+    # Telegram's window allows, so the default spacing is a little longer; and a send may go
+    # up to LATE_FOR_SLOT after its moment, so the claim spaces a chat's moments that much more.
+    from outbox.relay.claimer import fleet_limits
+    from outbox.relay.send_pool import LATE_FOR_SLOT
 
-
-def test_chat_limits_switched_off_hold_no_message_back() -> None:
-    # The bot's budget is the claim's (in the database): the limiter ignores per_bot.
-    free = RateLimiter(RateLimits(per_bot=10, per_chat=0, per_group_per_minute=0))
-    assert [free.reserve(chat, now=0.0) for chat in range(5)] == [0.0] * 5
-
-
-def test_flood_control_pauses_every_chat() -> None:
-    limiter, flood = RateLimiter(RateLimits(per_bot=0, per_chat=0)), FloodControl(schema="public")
-    flood.flooded(3.0, now=10.0)
-    assert limiter.reserve(42, now=10.0, after=flood.resume_at) == pytest.approx(3.0)
-    assert limiter.reserve(43, now=12.0, after=flood.resume_at) == pytest.approx(1.0)
+    limits = fleet_limits(RateLimits(), horizon=1.0)
+    assert limits.chat_gap == pytest.approx(1.05 + LATE_FOR_SLOT)
+    assert limits.group_gap == pytest.approx(3.05 + LATE_FOR_SLOT)
+    off = fleet_limits(RateLimits(per_chat=0, per_group_per_minute=0), horizon=1.0)
+    assert (off.chat_gap, off.group_gap) == (0.0, 0.0)
 
 
 def test_negative_limits_are_refused() -> None:
@@ -173,11 +148,29 @@ def test_database_urls() -> None:
             normalize_url(bad)
 
 
-def claimer(**config: Any) -> Claimer:
+def unwritten() -> tuple[Completer, RunSummary]:
+    """An outcome writer that is never run: what it is given stays in ``unwritten``."""
+    stopping, total = asyncio.Event(), RunSummary()
+    store = Store("postgresql:///unused", "record", stopping)
+    completer = Completer(
+        store, schema="public", flush_interval=1.0, grace_seconds=0, stopping=stopping, total=total
+    )
+    return completer, total
+
+
+def claimer(flood: FloodControl | None = None, **config: Any) -> Claimer:
     """A claimer for sizing questions only: it never reaches its database."""
     cfg = RelayConfig(database_url="postgresql:///unused", **config)
-    connection = Store(cfg.database_url, "claim", asyncio.Event())
-    return Claimer(connection, cfg, total=RunSummary(), stopping=asyncio.Event())
+    completer, total = unwritten()
+    return Claimer(
+        Store(cfg.database_url, "claim", asyncio.Event()),
+        cfg,
+        pool=send_pool(NullSender(), completer, total),
+        completer=completer,
+        flood=flood,
+        total=total,
+        stopping=asyncio.Event(),
+    )
 
 
 def test_claim_ahead_follows_the_rate_sends_finish_at() -> None:
@@ -203,15 +196,9 @@ def test_claims_fill_the_free_send_slots_and_no_more_than_a_batch() -> None:
 
 
 def test_claims_stop_during_flood_control() -> None:
-    cfg = RelayConfig(database_url="postgresql:///unused", rate_limits=RateLimits(per_bot=2))
     flood = FloodControl(schema="public")
-    sizing = Claimer(
-        Store(cfg.database_url, "claim", asyncio.Event()),
-        cfg,
-        flood=flood,
-        total=RunSummary(),
-        stopping=asyncio.Event(),
-    )
+    sizing = claimer(flood, rate_limits=RateLimits(per_bot=2))
+    cfg = RelayConfig(database_url="postgresql:///unused")
     # The bot's rate limit is kept by the claim statement itself, in the database.
     assert sizing.plan(0.0, in_flight=0, written=0).want == cfg.batch_size
     flood.flooded(3.0, now=0.0)
@@ -241,78 +228,6 @@ def test_telegrams_retry_after_is_capped() -> None:
     assert flood.paused_for(0.0) == MAX_FLOOD_PAUSE
 
 
-def test_a_booking_given_back_leaves_no_phantom_chat_spacing() -> None:
-    # A message booked its turn, then flood control began: it gives the booking back and books
-    # again after the pause. The chat spacing it held must be free again.
-    limiter = RateLimiter(RateLimits(per_chat=1.0, chat_margin=0.0))
-    limiter.reserve(1, now=0.0)  # chat 1 last sent at 0: next at 1.0
-    booking = limiter.book(1, now=0.0)
-    assert booking.start == pytest.approx(1.0)
-    limiter.cancel(booking)
-    # After the pause chat 1 goes at 1.0 (its own spacing), not at 2.0 behind its old booking.
-    assert limiter.book(1, now=0.7, after=0.7).start == pytest.approx(1.0)  # paused 0.2-0.7
-
-
-def test_a_send_that_meets_flood_control_books_again_after_the_pause_only() -> None:
-    """Its first booking goes back: the message goes when the pause ends, not a whole chat
-    interval later behind the booking it could not use."""
-    from outbox import queries
-    from outbox.relay.completer import Completer
-    from outbox.relay.send_pool import SendPool
-    from outbox.retry import RetryPolicy
-    from outbox.telegram import NullSender, SentMessage
-
-    class Clocked(NullSender):
-        def __init__(self) -> None:
-            super().__init__()
-            self.sent_at: list[float] = []
-
-        async def send(self, args: Any) -> SentMessage:
-            self.sent_at.append(asyncio.get_running_loop().time())
-            return await super().send(args)
-
-    async def scenario() -> float:
-        now = asyncio.get_running_loop().time()
-        limiter = RateLimiter(RateLimits(per_bot=0, per_chat=1.0, chat_margin=0.0))
-        limiter.reserve(2, now)  # chat 2 was just sent to: its next turn is in 1 s
-        flood = FloodControl(schema="public")
-        stopping, total, sender = asyncio.Event(), RunSummary(), Clocked()
-
-        async def still_claimed(_row: queries.ClaimedRow) -> bool:
-            return True
-
-        pool = SendPool(
-            sender,
-            concurrency=1,
-            max_chat_hold=1.5,
-            per_bot=0,
-            retry=RetryPolicy(),
-            limiter=limiter,
-            flood=flood,
-            completer=Completer(
-                Store("postgresql:///unused", "record", stopping),
-                schema="public",
-                flush_interval=0.02,
-                grace_seconds=0.0,
-                stopping=stopping,
-                total=total,
-            ),
-            still_claimed=still_claimed,
-            stopping=stopping,
-            total=total,
-            on_unauthorized=lambda _err: None,
-        )
-        payload = {"chat_id": 2, "text": "x"}
-        row = queries.ClaimedRow(1, "eslatma", "k", payload, 1, False, datetime.now(UTC))
-        sending = asyncio.create_task(pool.process(row, now))
-        await asyncio.sleep(0.5)
-        flood.flooded(0.7, asyncio.get_running_loop().time())  # until now + 1.2 s
-        await sending
-        return sender.sent_at[0] - now
-
-    assert 1.15 < asyncio.run(scenario()) < 1.7  # the pause's end, not 2 s (1 s behind it)
-
-
 def test_a_send_late_for_its_slot_keeps_the_bot_within_one_message_a_second() -> None:
     from outbox.relay.send_pool import LATE_FOR_SLOT, late_for_slot
 
@@ -321,3 +236,75 @@ def test_a_send_late_for_its_slot_keeps_the_bot_within_one_message_a_second() ->
         assert (1 + late_for_slot(rate)) * rate <= rate + 1 + 1e-9
     assert late_for_slot(2) == LATE_FOR_SLOT  # slow bots keep the usual allowance
     assert late_for_slot(0) == LATE_FOR_SLOT  # no per-bot limit
+
+
+class Clocked(NullSender):
+    """Takes every message at once, and keeps when."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sent_at: list[float] = []
+
+    async def send(self, args: Any) -> SentMessage:
+        self.sent_at.append(asyncio.get_running_loop().time())
+        return await super().send(args)
+
+
+def _claimed(chat: int, *, wait: float = 0.0) -> queries.ClaimedRow:
+    payload = {"chat_id": chat, "text": "x"}
+    return queries.ClaimedRow(1, "eslatma", "k", payload, 1, False, datetime.now(UTC), wait)
+
+
+def _one_row(
+    limits: RateLimits, *, waited: float, paused: float = 0.0, wait: float = 0.0
+) -> tuple[Clocked, list[queries.Outcome], RunSummary, float]:
+    """One row through a send pool: it was claimed ``waited`` seconds ago with its moment
+    ``wait`` after that, the bot paused for ``paused``; what was sent, what was recorded, the
+    counts, and the loop time it started."""
+
+    async def scenario() -> tuple[Clocked, list[queries.Outcome], RunSummary, float]:
+        completer, total = unwritten()
+        flood, sender = FloodControl(schema="public"), Clocked()
+        pool = send_pool(sender, completer, total, limits=limits, flood=flood)
+        now = asyncio.get_running_loop().time()
+        if paused:
+            flood.flooded(paused, now)
+        await pool.process(_claimed(2, wait=wait), now - waited)
+        return sender, list(completer._pending), total, now
+
+    return asyncio.run(scenario())
+
+
+def test_a_row_late_for_the_moment_its_claim_reserved_goes_back_instead_of_crowding_its_chat() -> (
+    None
+):
+    """Its chat's next moment was reserved from this row's moment: sent a second late, it would
+    go a second closer to the chat's next message than Telegram allows. Before: sent anyway
+    (with the per-bot limit off, and for a claim's first slot, nothing checked the moment)."""
+    spaced = RateLimits(per_bot=0)  # the chat limits on, the per-bot limit off
+    sender, recorded, total, _ = _one_row(spaced, waited=1.0)  # a second for a send slot
+    assert sender.sent_at == []
+    assert [(o.state, o.delay_seconds, o.refund_attempt) for o in recorded] == [
+        (State.PENDING, 0.0, True)
+    ]
+    assert total.deferred == 1
+    # On time, it goes; and with no limits at all no moment was reserved: it goes late too.
+    assert len(_one_row(spaced, waited=0.0)[0].sent_at) == 1
+    assert len(_one_row(UNLIMITED, waited=1.0)[0].sent_at) == 1
+
+
+def test_a_row_waits_for_the_moment_its_claim_reserved() -> None:
+    sender, recorded, _, started = _one_row(RateLimits(), waited=0.0, wait=0.2)
+    assert sender.sent_at[0] >= started + 0.2  # never early
+    assert [o.state for o in recorded] == [State.DONE]
+
+
+def test_a_send_that_meets_flood_control_goes_back_until_the_pause_ends() -> None:
+    """Before: it waited in memory for a pause of up to 1.5 s and went at its end, outside the
+    spacing the claim had kept for its chat (counted from its moment, before the pause)."""
+    sender, recorded, total, _ = _one_row(RateLimits(), waited=0.0, paused=1.0)
+    assert sender.sent_at == []
+    [back] = recorded
+    assert (back.state, back.refund_attempt) == (State.PENDING, True)
+    assert 0.5 < back.delay_seconds <= 1.0  # due when the pause ends
+    assert total.deferred == 1

@@ -4,9 +4,11 @@ maintenance, wired so that rows flow claim -> send -> record.
 Nothing the relay keeps in memory is needed for correctness: a claimed row the relay never
 reports on is returned to the queue by the reaper once its lease runs out.
 
-Stop order: the claimer stops claiming; the sends in flight finish within the grace period
-while the completer keeps writing their outcomes; the completer writes the rest; then the
-listener and maintenance stop. A second ``stop()`` cuts the grace short.
+Every service has one shape (``outbox.relay.service``): ``run()`` until ``stop()``. They stop
+in this order: the claimer stops claiming (and so no new send starts); the sends in flight
+finish within the grace period while the completer keeps writing their outcomes; the
+completer writes the rest; then flood control, the listener and maintenance stop. A second
+``stop()`` cuts the grace short.
 """
 
 from __future__ import annotations
@@ -18,13 +20,13 @@ import time
 from outbox.config import RelayConfig
 from outbox.db import check_schema
 from outbox.errors import DatabaseUnavailable, OutboxError, TelegramUnavailable
-from outbox.ratelimit import RateLimiter
-from outbox.relay.claimer import Claimer
+from outbox.relay.claimer import Claimer, fleet_limits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.listener import Listener
 from outbox.relay.maintenance import Maintenance, Reaper, Retention
 from outbox.relay.send_pool import SendPool, claim_check
+from outbox.relay.service import Service
 from outbox.relay.startup import wait_until_reachable
 from outbox.relay.store import OutageLog, Store
 from outbox.relay.summary import RelaySnapshot, RunSummary
@@ -41,14 +43,10 @@ class Relay:
     def __init__(self, config: RelayConfig, sender: Sender) -> None:
         self.config = config
         self._sender = sender
-        # The bot's send slots are reserved in the database by every claim, for the whole fleet
-        # (outbox.queries.claim_due), and the pause is flood control's: this relay's limiter
-        # keeps the chats' spacing only.
-        self._limiter = RateLimiter(config.rate_limits)
-        self._stopping = asyncio.Event()  # no new claims, no new sends
+        # No new claims and no new sends once set (the claimer's stop, the first of every stop).
+        self._stopping = asyncio.Event()
         # The claimer sleeps on this between claims; whoever makes work for it sets it.
         self._wakeup = asyncio.Event()
-        self._hurry = asyncio.Event()  # a second stop: no more grace
         self._fatal: BaseException | None = None
         self._total = RunSummary()
         # Poll-only is the PgBouncer mode: no server-side prepared statements there.
@@ -64,14 +62,6 @@ class Relay:
         )
         # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
         self.flood = FloodControl(schema=config.schema, bot=sender.bot_id, store=self._record_store)
-        self.claimer = Claimer(
-            self._claim_store,
-            config,
-            flood=self.flood,
-            total=self._total,
-            stopping=self._stopping,
-            wakeup=self._wakeup,
-        )
         self.completer = Completer(
             self._record_store,
             schema=config.schema,
@@ -81,13 +71,14 @@ class Relay:
             total=self._total,
             wakeup=self._wakeup,
         )
+        # The bot's budget and each chat's spacing are the claim's, in the database, for the
+        # whole fleet; the pool sends each row at the moment its claim reserved, or not at all.
         self.send_pool = SendPool(
             sender,
             concurrency=config.concurrency,
-            max_chat_hold=config.max_chat_hold,
-            per_bot=config.rate_limits.per_bot,
+            limits=fleet_limits(config.rate_limits, config.slot_horizon),
+            grace_seconds=config.grace_seconds,
             retry=config.retry,
-            limiter=self._limiter,
             flood=self.flood,
             completer=self.completer,
             still_claimed=claim_check(self._claim_store, schema=config.schema),
@@ -96,6 +87,18 @@ class Relay:
             on_unauthorized=self._fail,
             wakeup=self._wakeup,
         )
+        self.claimer = Claimer(
+            self._claim_store,
+            config,
+            pool=self.send_pool,
+            completer=self.completer,
+            flood=self.flood,
+            total=self._total,
+            stopping=self._stopping,
+            wakeup=self._wakeup,
+        )
+        self.listener = None if config.poll_only else self._listener()
+        self.maintenance = self._maintenance()
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -128,7 +131,7 @@ class Relay:
     async def close(self) -> None:
         self._stopping.set()  # a final write that cannot reach the database gives up at once
         await self._write_the_rest()
-        await self.flood.close()
+        await self.flood.announce()
         await self._sender.close()
         await self._claim_store.close()
         await self._record_store.close()
@@ -149,12 +152,9 @@ class Relay:
         Asked again, it stops at once: sends still running are cut off.
         """
         if self._stopping.is_set():
-            self._hurry.set()
-        self._stop_claiming()
-
-    def _stop_claiming(self) -> None:
-        self._stopping.set()
-        self._wakeup.set()
+            self.send_pool.hurry()
+            self.completer.hurry()
+        self.claimer.stop()
 
     # --- one batch, for tests and tools ------------------------------------------------------
 
@@ -166,6 +166,7 @@ class Relay:
             checked_at = asyncio.get_running_loop().time()
             await asyncio.gather(*(self.send_pool.process(row, checked_at) for row in rows))
             await self.completer.write_pending()
+            await self.flood.announce()
         self._raise_if_fatal()
         return self._total.since(before)
 
@@ -175,41 +176,17 @@ class Relay:
         """Relay until stopped (or, with ``drain``, until nothing is due and nothing in flight)."""
         if self._stopping.is_set():  # stopped while it waited to start: nothing was claimed
             return self._total.copy()
-        writer = asyncio.create_task(self.completer.run(), name="outbox-completer")
-        writer.add_done_callback(self._writer_ended)
-        helpers: list[asyncio.Task[None]] = []
-        if not self.config.poll_only:
-            listener = Listener(
-                self.config.database_url,
-                schema=self.config.schema,
-                bot=self.flood.bot,
-                announcer=self._record_store,
-                stopping=self._stopping,
-                wakeup=self._wakeup,
-                outage=self._outage,
-            )
-            helpers.append(asyncio.create_task(listener.run(), name="outbox-listener"))
-        maintenance = Maintenance(
-            self.config.database_url,
-            reaper=Reaper(
-                schema=self.config.schema,
-                lease_seconds=self.config.lease_seconds,
-                max_attempts=self.config.retry.max_attempts,
-            ),
-            retention=self._retention(),
-            interval=self.config.reap_interval,
-            stopping=self._stopping,
-            wakeup=self._wakeup,
-            outage=self._outage,
-        )
-        helpers.append(asyncio.create_task(maintenance.run(), name="outbox-maintenance"))
-        for task in helpers:
-            task.add_done_callback(_log_if_died)
+        # The claimer's run is the relay's: when it ends, so do the others, in order.
+        helpers: list[Service] = [self.flood, self.maintenance]
+        if self.listener is not None:
+            helpers.append(self.listener)
+        services: list[Service] = [self.send_pool, self.completer, *helpers]
+        running = {service.name: self._start(service) for service in services}
         try:
-            await self.claimer.run(self.send_pool, self.completer, drain=drain)
+            await self.claimer.run(drain=drain)
         finally:
-            # 1. No new claims, no new sends.
-            self._stopping.set()
+            # 1. The claimer stops: no new claims, and so no new sends.
+            self.claimer.stop()
             if self.send_pool.in_flight:
                 log.info(
                     "stopping: %d claimed rows in flight get up to %g s; "
@@ -218,19 +195,47 @@ class Relay:
                     self.config.grace_seconds,
                 )
             # 2. Sends finish within the grace while the completer keeps writing outcomes.
-            await self.send_pool.finish(self.config.grace_seconds, self._hurry)
-            # 3. The completer ends after its write in progress; the rest is written now.
-            self.completer.stop()
-            await asyncio.gather(writer, return_exceptions=True)
-            await self._write_the_rest()
-            # 4. Last, the listener and maintenance.
-            for task in helpers:
-                task.cancel()
-            await asyncio.gather(*helpers, return_exceptions=True)
+            await _stopped(running, self.send_pool)
+            # 3. The completer writes the rest.
+            await _stopped(running, self.completer)
+            # 4. Last, flood control (its last announcement), the listener and maintenance.
+            await _stopped(running, *helpers)
         self._raise_if_fatal()
         return self._total
 
     # --- wiring ----------------------------------------------------------------------------------
+
+    def _start(self, service: Service) -> asyncio.Task[None]:
+        task = asyncio.create_task(service.run(), name=f"outbox-{service.name}")
+        task.add_done_callback(self._writer_ended if service is self.completer else _log_if_died)
+        return task
+
+    def _listener(self) -> Listener:
+        return Listener(
+            self.config.database_url,
+            schema=self.config.schema,
+            bot=self.flood.bot,
+            announcer=self._record_store,
+            stopping=self._stopping,
+            wakeup=self._wakeup,
+            outage=self._outage,
+        )
+
+    def _maintenance(self) -> Maintenance:
+        config = self.config
+        return Maintenance(
+            config.database_url,
+            reaper=Reaper(
+                schema=config.schema,
+                lease_seconds=config.lease_seconds,
+                max_attempts=config.retry.max_attempts,
+            ),
+            retention=self._retention(),
+            interval=config.reap_interval,
+            stopping=self._stopping,
+            wakeup=self._wakeup,
+            outage=self._outage,
+        )
 
     def _retention(self) -> Retention | None:
         if not self.config.retention_seconds:
@@ -249,7 +254,7 @@ class Relay:
             log.error("%s", err)
         # Not stop(): a second rejected send (they come one by one on a busy machine) is no
         # operator's second signal, and must not cut the other sends short.
-        self._stop_claiming()
+        self.claimer.stop()
 
     def _writer_ended(self, task: asyncio.Task[None]) -> None:
         """Outcomes that are not written cost duplicates: a relay whose writer died stops
@@ -261,8 +266,7 @@ class Relay:
         self._fail(OutboxError(f"relay stopped: writing outcomes failed ({err!r})"))
 
     async def _write_the_rest(self) -> None:
-        if self._hurry.is_set():
-            self.completer.hurry()
+        """What ``run_once`` recorded, or what a completer that failed left."""
         try:
             await self.completer.write_pending()
         except Exception as err:  # a bug in the writer; run() reports it
@@ -275,7 +279,14 @@ class Relay:
             raise self._fatal
 
 
+async def _stopped(running: dict[str, asyncio.Task[None]], *services: Service) -> None:
+    """Ask ``services`` to stop and return once they have (their failures are logged)."""
+    for service in services:
+        service.stop()
+    await asyncio.gather(*(running[s.name] for s in services), return_exceptions=True)
+
+
 def _log_if_died(task: asyncio.Task[None]) -> None:
-    """A helper that ends on its own is a bug: say so instead of degrading in silence."""
+    """A service that fails is a bug: say so instead of degrading in silence."""
     if not task.cancelled() and task.exception() is not None:
         log.error("%s stopped unexpectedly", task.get_name(), exc_info=task.exception())

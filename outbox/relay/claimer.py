@@ -51,19 +51,25 @@ class Claimer:
         store: Store,
         config: RelayConfig,
         *,
+        pool: SendPool,
+        completer: Completer,
         total: RunSummary,
         stopping: asyncio.Event,
         flood: FloodControl | None = None,
         wakeup: asyncio.Event | None = None,
     ) -> None:
+        self.name = "claimer"
         self._store = store
         self._config = config
+        self._pool = pool
+        self._completer = completer
         self._flood = flood or FloodControl(schema=config.schema)
         self._claim_limits = fleet_limits(config.rate_limits, config.slot_horizon)
         self._bot_known = False  # the bot's state row exists
         self._held = False  # due rows wait for their chat, the bot's budget or a pause
         self._next_queue = 0
         self._total = total
+        # Set by stop(): no new claims, and so no new sends; the stores stop retrying.
         self._stopping = stopping
         # Set by whoever makes work (a NOTIFY, a freed slot, a written retry, a reap, stop()).
         self._wakeup = wakeup or asyncio.Event()
@@ -104,9 +110,10 @@ class Claimer:
 
     # --- the loop ------------------------------------------------------------------------------
 
-    async def run(self, pool: SendPool, completer: Completer, *, drain: bool) -> None:
-        """Claim for ``pool``, whose slots free up as ``completer`` writes their outcomes,
-        until stopped (with ``drain``: until nothing is due or held)."""
+    async def run(self, *, drain: bool = False) -> None:
+        """Claim for the send pool, whose slots free up as the completer writes their
+        outcomes, until ``stop()`` (with ``drain``: until nothing is due or held)."""
+        pool, completer = self._pool, self._completer
         loop = asyncio.get_running_loop()
         while not self._stopping.is_set():
             # Cleared before this round's awaits, not after them: a NOTIFY, a finished send or a
@@ -138,6 +145,11 @@ class Claimer:
                     timeout = min(timeout, max(next_due, 0.0) + 0.002)
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), timeout)
+
+    def stop(self) -> None:
+        """No new claims, and no new sends: the first step of every stop."""
+        self._stopping.set()
+        self._wakeup.set()
 
     # --- database steps (the store deals with a lost or unusable database) ----------------
 

@@ -45,6 +45,7 @@ class Completer:
         total: RunSummary,
         wakeup: asyncio.Event | None = None,
     ) -> None:
+        self.name = "completer"
         self._store = store
         self._schema = schema
         self._flush_interval = flush_interval
@@ -94,7 +95,8 @@ class Completer:
     # --- the writer --------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """Write as outcomes come, until ``stop``; the sends' waits end with it."""
+        """Write as outcomes come, until ``stop()``; then write the rest and return. The sends'
+        waits end with it."""
         self._running = True
         try:
             while not self._stop_requested:
@@ -102,12 +104,14 @@ class Completer:
                     await asyncio.wait_for(self._write_now.wait(), self._flush_interval)
                 self._write_now.clear()
                 await self.write_pending()
+            await self.write_pending()  # what was recorded during the last write
         finally:
             self._running = False
             self._wake_waiters(everyone=True)  # nobody waits for a writer that ended
 
     def stop(self) -> None:
-        """End ``run`` after the write in progress; call ``write_pending`` for the rest."""
+        """Ask ``run`` to write what is recorded and return. Asked before the sends have
+        finished, their outcomes are left to ``write_pending``."""
         self._stop_requested = True
         self._write_now.set()
 

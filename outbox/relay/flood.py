@@ -29,21 +29,24 @@ _NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is 
 
 
 class FloodControl:
-    """The bot's pause, owned here: sends book their chat's turn no earlier than its end
-    (``resume_at``), and claims wait for it.
+    """The bot's pause, owned here: while it lasts, claims wait and no send goes out
+    (``paused_for``, ``resume_at``).
 
-    A 429 pauses this relay at once and is written to the bot's state row on ``store`` (the
-    relay's record connection) right away, where the other relays read it; a pause read there
-    pauses this relay too. Without a store (one relay alone, in tests) nobody is told.
+    A 429 pauses this relay at once, and ``run()`` writes it to the bot's state row on
+    ``store`` (the relay's record connection) right away, where the other relays read it; a
+    pause read there pauses this relay too. Without a store (one relay alone, in tests) nobody
+    is told.
     """
 
     def __init__(self, *, schema: str, bot: str = DEFAULT_BOT, store: Store | None = None) -> None:
+        self.name = "flood control"
         self._paused_until = 0.0  # loop time
         self._schema = schema
         self.bot = bot
         self._store = store
         self._to_announce = 0.0  # seconds, not yet told to the other relays
-        self._announcing: asyncio.Task[None] | None = None
+        self._announce_now = asyncio.Event()
+        self._stop = asyncio.Event()
 
     @property
     def resume_at(self) -> float:
@@ -61,10 +64,7 @@ class FloodControl:
         seconds = min(retry_after, MAX_FLOOD_PAUSE)
         self._pause(seconds, now)
         self._to_announce = max(self._to_announce, seconds)
-        if self._store is not None and self._announcing is None:
-            self._announcing = asyncio.get_running_loop().create_task(
-                self._announce(self._store), name="outbox-flood-announce"
-            )
+        self._announce_now.set()
 
     def read(self, seconds: float, now: float) -> bool:
         """The bot's state row says it is paused for ``seconds``; True if that is news."""
@@ -77,23 +77,31 @@ class FloodControl:
             log.warning("flood control: the bot must wait %.1f s (shared by its relays)", seconds)
         return news
 
-    async def _announce(self, store: Store) -> None:
-        """Write the pause this relay got to the bot's state row (and any that came meanwhile)."""
-        try:
-            while self._to_announce:
-                seconds, self._to_announce = self._to_announce, 0.0
-                try:
-                    await store.run(functools.partial(self._write, seconds=seconds))
-                except (psycopg.Error, OutboxError) as err:
-                    # Best effort: the other relays find out from Telegram instead, a 429 each.
-                    log.warning("could not tell the other relays about flood control: %s", err)
-        finally:
-            self._announcing = None
+    # --- telling the other relays ----------------------------------------------------------
+
+    async def run(self) -> None:
+        """Announce each pause as it comes, until ``stop()``; then the last one, and return."""
+        while not self._stop.is_set():
+            await self._announce_now.wait()
+            self._announce_now.clear()
+            await self.announce()
+        await self.announce()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._announce_now.set()
+
+    async def announce(self) -> None:
+        """Write the pause this relay got to the bot's state row (and any that came meanwhile);
+        ``run`` does it as pauses come, ``Relay.run_once`` after its batch."""
+        store = self._store
+        while self._to_announce and store is not None:
+            seconds, self._to_announce = self._to_announce, 0.0
+            try:
+                await store.run(functools.partial(self._write, seconds=seconds))
+            except (psycopg.Error, OutboxError) as err:
+                # Best effort: the other relays find out from Telegram instead, a 429 each.
+                log.warning("could not tell the other relays about flood control: %s", err)
 
     async def _write(self, conn: queries.AsyncConn, *, seconds: float) -> None:
         await queries.announce_pause(conn, seconds, schema=self._schema, bot=self.bot)
-
-    async def close(self) -> None:
-        """Wait for an announcement under way (the relay's last writes come after it)."""
-        if self._announcing is not None:
-            await asyncio.gather(self._announcing, return_exceptions=True)

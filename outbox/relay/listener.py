@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 
 import psycopg
@@ -32,23 +33,44 @@ class Listener:
         wakeup: asyncio.Event,
         outage: OutageLog | None = None,
     ) -> None:
+        self.name = "listener"
         self._store = Store(url, "listen", stopping, outage=outage)
         self._schema = schema
         self._bot = bot
         self._announcer = announcer
         self._wakeup = wakeup
+        self._stop = asyncio.Event()
 
     async def run(self) -> None:
-        """Listen until cancelled."""
+        """Listen until ``stop()``; then close the connection and return."""
+        stop = asyncio.create_task(self._stop.wait())
         try:
-            while True:
+            while not self._stop.is_set():
+                # A stop gives up the wait for the next notification (or for the database),
+                # nothing half done: hearing holds no transaction.
+                listening = asyncio.create_task(self._listen(), name="outbox-listen")
                 try:
-                    await self._store.run(self._subscribe, retry=True)
-                    await self._store.run(self._hear)
-                except DatabaseLost:
-                    continue  # the store waits before it connects again
+                    done, _ = await asyncio.wait(
+                        {listening, stop}, return_when=asyncio.FIRST_COMPLETED
+                    )
+                    if listening in done:
+                        listening.result()  # a bug surfaces (the relay logs it); else go on
+                finally:
+                    listening.cancel()
+                    await asyncio.gather(listening, return_exceptions=True)
         finally:
+            stop.cancel()
             await self._store.close()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    async def _listen(self) -> None:
+        """Subscribe, then hear until the connection is lost (the store backs off before the
+        next connect)."""
+        with contextlib.suppress(DatabaseLost):
+            await self._store.run(self._subscribe, retry=True)
+            await self._store.run(self._hear)
 
     async def _subscribe(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(f'LISTEN "{pause_channel(self._schema)}"')

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from outbox import queries
 from outbox.presentation import pruned_text, reaped_text
 from outbox.queries import AsyncConn, Pruned, Reaped
+from outbox.relay.service import wait_for_stop
 from outbox.relay.store import DatabaseLost, OutageLog, Store
 
 __all__ = ["Maintenance", "Reaper", "Retention"]
@@ -65,11 +66,16 @@ class Retention:
         )
 
 
+class _StopAsked(Exception):
+    """Not an error: the way out of retention between two batches when the relay stops."""
+
+
 class Maintenance:
     """Reap expired claims, then apply retention, one relay at a time.
 
     The advisory lock lasts one round, one transaction: a relay that hangs (a stopped process,
-    a frozen VM) must not keep the others from reaping the rows it holds.
+    a frozen VM) must not keep the others from reaping the rows it holds. A stop lets the
+    round's statement under way finish: the reaper's transaction, or retention's batch.
     """
 
     def __init__(
@@ -83,12 +89,14 @@ class Maintenance:
         wakeup: asyncio.Event,
         outage: OutageLog | None = None,
     ) -> None:
+        self.name = "maintenance"
         self._store = Store(url, "maintenance", stopping, prepare=False, outage=outage)
         self._reaper = reaper
         self._retention = retention
         # An expired claim waits at most half a lease more, whatever the reap interval.
         self._interval = min(interval, reaper.lease_seconds / 2)
         self._wakeup = wakeup  # the claimer's: reaped rows are due
+        self._stop = asyncio.Event()
 
     async def run_once(self) -> Reaped | None:
         """One round; None if another relay holds the lock (it does the round).
@@ -110,25 +118,32 @@ class Maintenance:
         if reaped:
             log.warning("reaper: expired claims: %s", reaped_text(reaped))
             self._wakeup.set()
-        if self._retention is not None:
+        if self._retention is not None and not self._stop.is_set():
             # After the round, in short transactions of its own.
-            pruned = await self._retention.run_once(conn)
+            pruned = await self._retention.run_once(conn, on_batch=self._between_batches)
             if pruned:
                 log.info("retention: deleted %s", pruned_text(pruned))
         return reaped
 
+    def _between_batches(self, _deleted: int) -> None:
+        if self._stop.is_set():
+            raise _StopAsked  # the batch is committed; the rest waits for another round
+
     async def run(self) -> None:
-        """Rounds every interval until cancelled; a failed round does not end the loop."""
+        """Rounds every interval until ``stop()``; a failed round does not end the loop."""
         try:
-            while True:
+            while not self._stop.is_set():
                 try:
                     await self.run_once()
-                except DatabaseLost:
-                    pass  # said by the store; the next round connects again
+                except (DatabaseLost, _StopAsked):
+                    pass  # said by the store, the next round connects again; or stopping
                 except Exception:  # the reaper must outlive any one bad round
                     log.exception(
                         "maintenance round failed; trying again in %.0f s", self._interval
                     )
-                await asyncio.sleep(self._interval)
+                await wait_for_stop(self._stop, self._interval)
         finally:
             await self._store.close()
+
+    def stop(self) -> None:
+        self._stop.set()

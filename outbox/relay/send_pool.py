@@ -1,5 +1,13 @@
-"""The send pool: claimed rows wait for a send slot and the rate limits, are sent, and their
-outcome (classified in one place, ``outbox.classify``) goes to the completer."""
+"""The send pool: claimed rows wait for a send slot and for the moment their claim reserved,
+are sent, and their outcome (classified in one place, ``outbox.classify``) goes to the
+completer.
+
+The bot's budget and each chat's spacing are the database's, kept by the claim for the whole
+fleet (``outbox.queries.claim_due``): each row comes with the moment it may go. The pool keeps
+no limits of its own; it sends each row at its moment or not at all. A row that cannot go then
+(it waited for a send slot, the event loop was busy, flood control began) goes back to the
+queue without spending an attempt, and its next claim gives it a new moment.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +15,11 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 from outbox import queries
 from outbox.classify import Failure, FailureKind, MalformedPayload, classify
 from outbox.errors import TelegramUnauthorized
-from outbox.ratelimit import Booking, RateLimiter
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.store import DatabaseLost, Store
@@ -24,11 +32,12 @@ __all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
 
 log = logging.getLogger("outbox.relay")
 
-# A claimed row that waited longer than this (for a send slot or a rate limit) is checked
+# A claimed row that waited longer than this (for a send slot or its moment) is checked
 # before sending: the app may have withdrawn it meanwhile (outbox.cancel).
 RECHECK_AFTER = 0.05
-# A row whose reserved send slot passed longer ago than this is not sent in it (a busy event
-# loop, a slow database answer); the chat spacing the claim keeps includes this much.
+# A row later than this for the moment its claim reserved (a busy event loop, a slow database
+# answer, a wait for a send slot) is not sent: the chat spacing the claim keeps includes this
+# much, and no more.
 LATE_FOR_SLOT = 0.1
 
 
@@ -60,17 +69,20 @@ _CUT_OFF = Failure(
 
 
 class SendPool:
-    """At most ``concurrency`` sends at once; each keeps its slot until its outcome is written."""
+    """At most ``concurrency`` sends at once; each keeps its slot until its outcome is written.
+
+    ``limits`` are the claim's (``claimer.fleet_limits``): with any of them on, each row has a
+    moment reserved for it, and goes then or goes back.
+    """
 
     def __init__(
         self,
         sender: Sender,
         *,
         concurrency: int,
-        max_chat_hold: float,
-        per_bot: float,
+        limits: queries.ClaimLimits,
+        grace_seconds: float,
         retry: RetryPolicy,
-        limiter: RateLimiter,
         flood: FloodControl,
         completer: Completer,
         still_claimed: Callable[[queries.ClaimedRow], Awaitable[bool]],
@@ -79,18 +91,21 @@ class SendPool:
         on_unauthorized: Callable[[TelegramUnauthorized], None],
         wakeup: asyncio.Event | None = None,
     ) -> None:
+        self.name = "send pool"
         self._sender = sender
-        self._max_chat_hold = max_chat_hold
-        self._late_for_slot = late_for_slot(per_bot)
+        self._reserved = bool(limits.per_bot or limits.chat_gap or limits.group_gap)
+        self._late_for_slot = late_for_slot(limits.per_bot)
+        self._grace_seconds = grace_seconds
         self._retry = retry
-        self._limiter = limiter
         self._flood = flood
         self._completer = completer
         self._still_claimed = still_claimed
-        self._stopping = stopping
+        self._stopping = stopping  # the claimer stopped: no new sends
         self._total = total
         self._on_unauthorized = on_unauthorized
         self._wakeup = wakeup or asyncio.Event()  # the claimer's: a slot is free
+        self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()
         self._slots = asyncio.Semaphore(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
@@ -108,11 +123,11 @@ class SendPool:
 
     @property
     def deferred_until(self) -> float:
-        """When the last row this pool handed back for a busy chat falls due (loop time)."""
+        """When the last row this pool handed back falls due (loop time)."""
         return self._deferred_until
 
     def start(self, rows: list[queries.ClaimedRow], checked_at: float) -> None:
-        """Take claimed rows on; each goes as soon as a slot and the rate limits allow.
+        """Take claimed rows on; each goes at its moment, once a send slot is free.
 
         ``checked_at``: the event loop's time when the rows were known to be claimed (their
         claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
@@ -129,10 +144,26 @@ class SendPool:
         if not task.cancelled() and task.exception() is not None:
             log.error("send task failed", exc_info=task.exception())
 
+    # --- lifecycle -----------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Hold the rows the claimer starts until ``stop()``; then let the sends in flight end
+        within the grace period (or until ``hurry()``), cut off the rest, and return. Rows not
+        yet sent go back to the queue untouched as soon as the claimer stops."""
+        await self._stop.wait()
+        await self.finish(self._grace_seconds, self._hurry)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def hurry(self) -> None:
+        """A second stop: sends still running are cut off now."""
+        self._hurry.set()
+
     async def finish(self, grace: float, hurry: asyncio.Event) -> None:
         """Let the sends in flight end within ``grace`` seconds (or until ``hurry`` is set);
         cut off the rest. Rows not yet sent go back to the queue untouched."""
-        if self._tasks:
+        if self._tasks and not hurry.is_set():
             all_done = asyncio.ensure_future(asyncio.wait(set(self._tasks)))
             hurried = asyncio.ensure_future(hurry.wait())
             await asyncio.wait(
@@ -180,8 +211,8 @@ class SendPool:
                 # The grace period ran out mid-send: the request may have reached Telegram.
                 self._fail(row, _CUT_OFF)
             else:
-                # Cut off before any request (waiting for the rate limits, checking the
-                # claim): nothing was sent, so no attempt is spent.
+                # Cut off before any request (waiting for its moment, checking the claim):
+                # nothing was sent, so no attempt is spent.
                 self._release(row)
             raise
         else:
@@ -204,38 +235,36 @@ class SendPool:
             self._fail(row, classify(err))
             return
         loop = asyncio.get_running_loop()
-        if row.wait > 0:
-            kept_at = await self._keep_slot(row, checked_at + row.wait)
-            if kept_at is None:
-                return
-            checked_at = kept_at  # checked just now
-        while True:
-            chat_id = args["chat_id"]
-            # A long wait (a busy chat, flood control) is not spent holding a claim and a slot.
-            now = loop.time()
-            resume_at = self._flood.resume_at
-            if self._limiter.plan(chat_id, now, after=resume_at) > self._max_chat_hold:
-                delay = self._limiter.defer(chat_id, now, after=resume_at)
-                self._deferred_until = max(self._deferred_until, now + delay)
-                self._total.deferred += 1
-                self._hand_back(row, delay)
-                return
-            booking = await self._wait_for_turn(chat_id)
-            if booking is None:
+        # The moment the claim reserved for this row in the bot's budget and its chat's spacing.
+        moment = checked_at + max(row.wait, 0.0) if self._reserved else None
+        if moment is not None and not await self._wait_until(moment - RECHECK_AFTER):
+            self._release(row)  # stopping before its moment came
+            return
+        if self._held_by_flood_control(row):
+            return
+        if loop.time() - checked_at > RECHECK_AFTER and not await self._still_claimed(row):
+            # The app withdrew the message (its task was completed, say) while it waited.
+            self._total.cancelled += 1
+            return
+        if moment is not None:
+            if not await self._wait_until(moment):
                 self._release(row)
                 return
-            if self._flood.paused_for(loop.time()) > 0.001:
-                # Flood control began while this send waited for its turn: the slot it booked
-                # goes back, and it books a new one after the pause.
-                self._limiter.cancel(booking)
-                continue
-            stale = loop.time() - checked_at > RECHECK_AFTER
-            if stale and not await self._still_claimed(row):
-                # The app withdrew the message (its task was completed, say) while it waited.
-                self._limiter.cancel(booking)
-                self._total.cancelled += 1
+            if loop.time() > moment + self._late_for_slot:
+                # Sent now it would crowd the slots of the bot's other relays, or its chat's
+                # next message: back to the queue, to be claimed with a new moment.
+                self._hand_back(row, 0.0)
                 return
-            key = id(row)
+        if self._stopping.is_set():
+            self._release(row)
+            return
+        if self._held_by_flood_control(row):  # it began while this row waited
+            return
+        await self._send(row, args)
+
+    async def _send(self, row: queries.ClaimedRow, args: dict[str, Any]) -> None:
+        key = id(row)
+        while True:
             self._sending.add(key)
             try:
                 sent = await self._sender.send(args)
@@ -251,6 +280,13 @@ class SendPool:
                         extra=_about(row, moved_to),
                     )
                     self._sending.discard(key)
+                    # Resent at once: the moment was this message's, and a group's new id
+                    # has had no message yet.
+                    if self._stopping.is_set():
+                        self._release(row)
+                        return
+                    if self._held_by_flood_control(row):
+                        return
                     continue
                 self._handle_failure(row, failure)
                 return
@@ -258,50 +294,22 @@ class SendPool:
             self._mark_sent(row, sent)
             return
 
-    async def _keep_slot(self, row: queries.ClaimedRow, at: float) -> float | None:
-        """Wait for the send slot the claim reserved for the fleet (loop time ``at``), checking
-        a moment before that the app did not withdraw the row. The time it was checked; None
-        if the row is dealt with (withdrawn, handed back)."""
-        if not await self._wait_until(at - RECHECK_AFTER):
-            self._release(row)  # stopping before its send slot came
-            return None
-        if not await self._still_claimed(row):
-            self._total.cancelled += 1
-            return None
-        if not await self._wait_until(at):
-            self._release(row)
-            return None
-        now = asyncio.get_running_loop().time()
-        if now > at + self._late_for_slot:
-            # Sent now it would crowd the slots of the bot's other relays, or its chat's next
-            # message: back to the queue, to be claimed with a new slot.
-            self._total.deferred += 1
-            self._hand_back(row, 0.0)
-            return None
-        return now
+    def _held_by_flood_control(self, row: queries.ClaimedRow) -> bool:
+        """While the bot is paused nothing goes out: the row goes back to the queue, due when
+        the pause ends, and its next claim gives it a new moment. True if it went back."""
+        paused = self._flood.paused_for(asyncio.get_running_loop().time())
+        if paused <= 0:
+            return False
+        self._hand_back(row, paused)
+        return True
 
     async def _wait_until(self, at: float) -> bool:
-        """Wait for the send slot the claim reserved (loop time ``at``); False if stopping."""
+        """Wait until loop time ``at`` (at once if it has passed); False if stopping."""
         delay = at - asyncio.get_running_loop().time()
         if delay > 0:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._stopping.wait(), delay)
         return not self._stopping.is_set()
-
-    async def _wait_for_turn(self, chat_id: int | str) -> Booking | None:
-        """Book a slot with the rate limits and wait for it; None if the relay is stopping."""
-        if self._stopping.is_set():
-            return None
-        loop = asyncio.get_running_loop()
-        booking = self._limiter.book(chat_id, loop.time(), after=self._flood.resume_at)
-        delay = booking.start - loop.time()
-        if delay > 0:
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._stopping.wait(), delay)
-        if self._stopping.is_set():
-            self._limiter.cancel(booking)
-            return None
-        return booking
 
     # --- outcomes ------------------------------------------------------------------------------
 
@@ -376,10 +384,15 @@ class SendPool:
     def _release(self, row: queries.ClaimedRow) -> None:
         """Back to the queue unsent, due now (shutdown, rejected token)."""
         self._total.released += 1
-        self._hand_back(row, 0.0)
+        self._record_hand_back(row, 0.0)
 
     def _hand_back(self, row: queries.ClaimedRow, delay: float) -> None:
-        """Back to the queue without spending an attempt."""
+        """Back to the queue without spending an attempt, due in ``delay`` seconds."""
+        self._total.deferred += 1
+        self._deferred_until = max(self._deferred_until, asyncio.get_running_loop().time() + delay)
+        self._record_hand_back(row, delay)
+
+    def _record_hand_back(self, row: queries.ClaimedRow, delay: float) -> None:
         self._completer.record(
             queries.Outcome.for_row(
                 row,

@@ -16,7 +16,7 @@ class RunSummary:
     already_sent: int = 0  # completed without sending: the key had a sent marker
     retried: int = 0
     failed: int = 0
-    deferred: int = 0  # handed back to the queue to respect a chat's rate limit
+    deferred: int = 0  # handed back unsent to keep the limits (late for its moment, a pause)
     released: int = 0  # handed back unsent (shutdown, rejected token)
     cancelled: int = 0  # withdrawn by the app after the claim
     fenced_out: int = 0  # outcomes discarded because the claim had been reaped
