@@ -36,6 +36,7 @@ from outbox.config import (
     DEFAULT_CLAIM_AHEAD,
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
+    DEFAULT_HEARTBEAT,
     DEFAULT_MARKER_RETENTION,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_POLL_ONLY_INTERVAL,
@@ -45,6 +46,7 @@ from outbox.config import (
     MAX_BATCH_SIZE,
     MAX_CONCURRENCY,
     MAX_GROUP_RATE,
+    MAX_HEARTBEAT,
     MAX_RATE,
     MAX_WAIT,
     RelayConfig,
@@ -215,11 +217,19 @@ def _relay_flags(parser: Parser) -> None:
         help="delete sent markers older than this",
     )
     parser.add(
+        "--heartbeat",
+        env="OUTBOX_HEARTBEAT",
+        default=DEFAULT_HEARTBEAT,
+        convert=duration(MAX_HEARTBEAT, positive=True),
+        help="how often the relay writes its heartbeat into the fleet's register (outbox "
+        "relays); also how often /healthz checks the database",
+    )
+    parser.add(
         "--metrics-port",
         env="OUTBOX_METRICS_PORT",
         default=0,
         convert=port,
-        help="serve Prometheus metrics on this port (0: no metrics)",
+        help="serve Prometheus metrics, /healthz and /readyz on this port (0: none)",
     )
     parser.add(
         "--metrics-host",
@@ -250,6 +260,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         retry=RetryPolicy(max_attempts=args.max_attempts, base_seconds=args.backoff_base),
         queues=tuple(args.queues or (DEFAULT_QUEUE,)),
         slot_horizon=args.slot_horizon,
+        heartbeat_interval=args.heartbeat,
         rate_limits=RateLimits(
             per_bot=args.rate_limit,
             per_chat=args.chat_rate_limit,

@@ -22,6 +22,8 @@ from outbox.ratelimit import RateLimiter
 from outbox.relay.claimer import Claimer
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.health import Health
+from outbox.relay.heartbeat import Heartbeat, RelayIdentity
 from outbox.relay.listener import Listener
 from outbox.relay.maintenance import Maintenance, Reaper, Retention
 from outbox.relay.send_pool import SendPool, claim_check
@@ -61,6 +63,12 @@ class Relay:
         )
         self._record_store = Store(
             url, "record", self._stopping, prepare=prepare, outage=self._outage
+        )
+        # /healthz and /readyz (outbox.metrics); the heartbeat is its probe of the database.
+        self.health = Health(stale_after=2 * config.heartbeat_interval)
+        self.identity = RelayIdentity.of_this_process(config.queues, (sender.bot_id,))
+        self._heartbeat_store = Store(
+            url, "heartbeat", self._stopping, prepare=prepare, outage=self._outage
         )
         # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
         self.flood = FloodControl(schema=config.schema, bot=sender.bot_id, store=self._record_store)
@@ -112,15 +120,30 @@ class Relay:
         A schema this version cannot use or a rejected token is one clear error at once.
         """
         url, schema = self.config.database_url, self.config.schema
+        health = self.health
+
+        async def database() -> None:
+            try:
+                await check_schema(url, schema=schema)
+            except DatabaseUnavailable as err:
+                health.database_failed(str(err))
+                raise
+            health.database_ok()
+
+        async def token() -> None:
+            try:
+                await self._sender.start()
+            except TelegramUnavailable as err:
+                health.token_pending(str(err))
+                raise
+            health.token_ok()
+
         if await wait_until_reachable(
-            "the database",
-            lambda: check_schema(url, schema=schema),
-            unreachable=DatabaseUnavailable,
-            stopping=self._stopping,
+            "the database", database, unreachable=DatabaseUnavailable, stopping=self._stopping
         ):
             await wait_until_reachable(
                 "the Telegram Bot API",
-                self._sender.start,
+                token,
                 unreachable=TelegramUnavailable,
                 stopping=self._stopping,
             )
@@ -132,6 +155,7 @@ class Relay:
         await self._sender.close()
         await self._claim_store.close()
         await self._record_store.close()
+        await self._heartbeat_store.close()
 
     def snapshot(self) -> RelaySnapshot:
         """The relay's figures now; safe to call from another thread (metrics)."""
@@ -203,13 +227,24 @@ class Relay:
             outage=self._outage,
         )
         helpers.append(asyncio.create_task(maintenance.run(), name="outbox-maintenance"))
+        heartbeat = Heartbeat(
+            self._heartbeat_store,
+            schema=self.config.schema,
+            identity=self.identity,
+            interval=self.config.heartbeat_interval,
+            snapshot=self.snapshot,
+            health=self.health,
+        )
+        helpers.append(asyncio.create_task(heartbeat.run(), name="outbox-heartbeat"))
         for task in helpers:
             task.add_done_callback(_log_if_died)
+        self.health.running()
         try:
             await self.claimer.run(self.send_pool, self.completer, drain=drain)
         finally:
             # 1. No new claims, no new sends.
             self._stopping.set()
+            self.health.stopping()
             if self.send_pool.in_flight:
                 log.info(
                     "stopping: %d claimed rows in flight get up to %g s; "
@@ -223,7 +258,7 @@ class Relay:
             self.completer.stop()
             await asyncio.gather(writer, return_exceptions=True)
             await self._write_the_rest()
-            # 4. Last, the listener and maintenance.
+            # 4. Last, the listener, maintenance and the heartbeat (which leaves the register).
             for task in helpers:
                 task.cancel()
             await asyncio.gather(*helpers, return_exceptions=True)
@@ -246,6 +281,7 @@ class Relay:
         """Stop the relay because of ``err``; ``run`` raises it once the relay has stopped."""
         if self._fatal is None:
             self._fatal = err
+            self.health.fatal(str(err))
             log.error("%s", err)
         # Not stop(): a second rejected send (they come one by one on a busy machine) is no
         # operator's second signal, and must not cut the other sends short.
