@@ -31,13 +31,18 @@ def by_pid(capsys: pytest.CaptureFixture[str], url: str) -> dict[int, dict[str, 
     return {relay["pid"]: relay for relay in listed(capsys, url)}
 
 
+def when_true(found: dict[int, dict[str, Any]], condition: bool) -> dict[int, dict[str, Any]]:
+    """``found`` if ``condition`` holds, else an empty register (for ``wait_until``)."""
+    return found if condition else {}
+
+
 def test_two_relays_are_listed_and_a_clean_stop_removes_one(
     capsys: pytest.CaptureFixture[str], db_url: str, relays: Relays
 ) -> None:
     first = relays.start(OUTBOX_QUEUES="default,bot2", **FAST)
     second = relays.start(**FAST)
     fleet = wait_until(
-        lambda: (found := by_pid(capsys, db_url)).keys() == {first.pid, second.pid} and found,
+        lambda: when_true(found := by_pid(capsys, db_url), found.keys() == {first.pid, second.pid}),
         30,
         "both relays in the register",
         explain=relays.describe,
@@ -83,8 +88,8 @@ def test_a_relay_killed_is_shown_gone_then_forgotten_and_status_warns(
     # MISSED_BEATS heartbeats of 0.5 s: gone after about 2 s; the deadline only bounds a hang.
     assert MISSED_BEATS * 0.5 < 30
     gone = wait_until(
-        lambda: (
-            (found := by_pid(capsys, db_url)).get(doomed.pid, {}).get("alive") is False and found
+        lambda: when_true(
+            found := by_pid(capsys, db_url), found.get(doomed.pid, {}).get("alive") is False
         ),
         30,
         "the killed relay shown as gone",
