@@ -4,6 +4,7 @@ as gone when killed. Relays are real processes; the register is read by ``outbox
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -15,6 +16,7 @@ from outbox.queries.registry import MISSED_BEATS
 from outbox_testing.fake_telegram import FakeTelegram
 from tests.pgbouncer import PgBouncer
 from tests.support import Relays, relay_env, run_cli, run_module, wait_until
+from tests.webpage import running_web
 
 # Fast heartbeats, so that a killed relay is called gone within a few seconds.
 FAST = {"OUTBOX_HEARTBEAT": "0.5s"}
@@ -162,3 +164,33 @@ def test_the_register_works_through_pgbouncer(
             )
             assert one.stop() == 0, one.describe()
             assert set(register()) == {two.pid}
+
+
+def add_relay(engine: sa.Engine, pid: int, queues: list[str], *, silent: str) -> None:
+    """A register row as a relay writes it, its last heartbeat ``silent`` ago."""
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text(
+                "INSERT INTO relaylar (id, host, pid, versiya, navbatlar, botlar, oxirgi_signal,"
+                " signal_oraligi, jarayonda, jami) VALUES (:id, 'web-host', :pid, '9.9', :queues,"
+                " ARRAY['123456'], now() - CAST(:silent AS interval), 5, 3, '{\"sent\": 41}')"
+            ),
+            {"id": f"{pid:08x}", "pid": pid, "queues": queues, "silent": silent},
+        )
+
+
+def test_the_page_shows_the_relays_and_the_queues_nobody_serves(
+    engine: sa.Engine, db_url: str, tmp_path: Path
+) -> None:
+    add_relay(engine, 4242, ["default"], silent="1 second")
+    add_relay(engine, 4343, ["bot2"], silent="10 minutes")
+    with engine.begin() as conn:
+        enqueue(conn, key="waits", payload={"chat_id": 1, "text": "x"}, queue="bot2")
+    with running_web(db_url, tmp_path) as page:
+        body = page.get("/").body
+    rows = dict(re.findall(r'<tr data-relay="(\d+)" class="([^"]*)">', body))
+    assert rows == {"4242": "", "4343": "warn"}
+    assert "Relays (1 alive)" in body
+    assert re.search(r"<td>bot2</td>\s*<td>gone</td>", body)
+    assert re.search(r"<td>default</td>\s*<td>alive</td>", body)
+    assert "no live relay serves their queue: 1 in bot2" in body
