@@ -21,24 +21,23 @@ from outbox.commands.options import (
     Parser,
     add_database,
     add_log_format,
+    add_log_level,
     resolve_env_defaults,
 )
 from outbox.errors import InvalidInput, OutboxError
 from outbox.redact import configure_logging, redact
 from outbox.schema import configure
+from outbox.version import package_version
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="outbox", description="Transactional outbox relay for Telegram.")
-    parser.add(
-        "--log-level",
-        env="OUTBOX_LOG_LEVEL",
-        default="INFO",
-        convert=str.upper,
-        help="DEBUG, INFO, WARNING or ERROR",
+    parser.add_argument(
+        "--version", action="version", version=f"outbox {package_version()} (outbox-telegram)"
     )
+    add_log_level(parser, default="INFO")
     add_log_format(parser, default="text")
     # Also before the command: `outbox --database-url URL status`.
     add_database(parser, after_command=False)

@@ -23,7 +23,6 @@ from outbox.commands.options import (
     Commands,
     Parser,
     add_lease,
-    add_log_format,
     duration,
     flag_bool,
     number,
@@ -55,6 +54,7 @@ from outbox.config import (
 )
 from outbox.errors import ConfigError
 from outbox.ratelimit import RateLimits
+from outbox.redact import redact
 from outbox.retry import RetryPolicy
 from outbox.schema import DEFAULT_QUEUE
 
@@ -90,7 +90,6 @@ def register(commands: Commands) -> None:
         refusal=ConfigError,
     )
     _relay_flags(relay)
-    add_log_format(relay)
 
 
 def _relay_flags(parser: Parser) -> None:
@@ -282,6 +281,11 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     config = dataclasses.replace(settings, database_url=database_url(args))
     sender = TelegramSender(
         token, api_url=api_url, pool_size=config.concurrency, read_timeout=config.telegram_timeout
+    )
+    # Which Bot API, said once: a relay pointed at the fake (or a local Bot API server) by a
+    # leftover variable is seen at once. The token is part of every request URL, never of this.
+    logging.getLogger("outbox.relay").info(
+        "Bot API %s, bot %s", redact(api_url.rstrip("/")), sender.bot_id
     )
 
     async def run() -> int:
