@@ -3,7 +3,9 @@ stopped and started) and its token; the rules themselves as a unit."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import socket
 from pathlib import Path
 
 import httpx
@@ -145,3 +147,30 @@ def test_probe_answers_are_one_line_without_the_token() -> None:
     status, body = probe_answer("the Bot API rejected 123456:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA")
     assert status.startswith("503") and body.count(b"\n") == 1
     assert b"AAAAAAAAAAAA" not in body
+
+
+def test_a_relay_under_systemd_says_ready_and_pings_the_watchdog(
+    relays: Relays, tmp_path: Path
+) -> None:
+    path = str(tmp_path / "notify.sock")
+    heard: list[str] = []
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as sock:
+        sock.bind(path)
+        sock.settimeout(0.2)
+
+        def hear(message: str) -> bool:
+            with contextlib.suppress(TimeoutError):
+                heard.append(sock.recv(4096).decode())
+            return message in heard
+
+        relay = relays.start(NOTIFY_SOCKET=path, OUTBOX_HEARTBEAT="0.5s")
+        wait_until(lambda: hear("READY=1\nSTATUS=relaying"), 30, "READY", explain=relays.describe)
+        wait_until(
+            lambda: hear("WATCHDOG=1") and heard.count("WATCHDOG=1") >= 2,
+            30,
+            "watchdog pings",
+            explain=relays.describe,
+        )
+        assert relay.stop() == 0, relay.describe()
+        wait_until(lambda: hear("STOPPING=1"), 10, "STOPPING", explain=relays.describe)
+    assert heard[0] == "READY=1\nSTATUS=relaying"

@@ -22,6 +22,7 @@ from outbox import queries
 from outbox.relay.health import Health
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RelaySnapshot
+from outbox.relay.systemd import SystemdNotifier
 from outbox.version import package_version
 
 __all__ = ["Heartbeat", "RelayIdentity"]
@@ -73,6 +74,7 @@ class Heartbeat:
         self._interval = interval
         self._snapshot = snapshot
         self._health = health
+        self._systemd = SystemdNotifier()
         self.beats = 0  # heartbeats written, for tests
 
     async def beat_once(self) -> bool:
@@ -109,8 +111,11 @@ class Heartbeat:
         try:
             while True:
                 await self.beat_once()
+                if self._health.problem() is None:
+                    self._systemd.healthy()
                 await asyncio.sleep(self._interval)
         finally:
+            self._systemd.stopping()
             await self._goodbye()
 
     async def _goodbye(self) -> None:
