@@ -108,9 +108,19 @@ class Heartbeat:
 
     async def run(self) -> None:
         """Beat every interval until cancelled; then take the relay's row out of the register."""
+        failing = False
         try:
             while True:
-                await self.beat_once()
+                try:
+                    await self.beat_once()
+                    failing = False
+                except Exception as err:  # not the connection's: a bug, or a changed table
+                    self._health.database_failed(f"the heartbeat failed: {err}")
+                    if not failing:
+                        log.exception(
+                            "the heartbeat failed; trying again every %g s", self._interval
+                        )
+                    failing = True
                 if self._health.problem() is None:
                     self._systemd.healthy()
                 await asyncio.sleep(self._interval)
