@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import socket
+import time
 from pathlib import Path
 
 import httpx
@@ -60,12 +61,14 @@ def test_the_probes_follow_the_database_down_and_up(
                     explain=relays.describe,
                 )
             server.stop("immediate")
+            stopped_at = time.monotonic()
             reason = wait_until(
                 lambda: refusal(port, "/healthz"),
                 30,  # the relay's promise is 10 s; the deadline only bounds a hang
                 "/healthz to answer 503",
                 explain=relays.describe,
             )
+            print(f"\n/healthz said 503 {time.monotonic() - stopped_at:.1f} s after the stop")
             assert reason.startswith("database unavailable: "), reason
             assert reason.count("\n") == 1  # one line
             assert probe(port, "/readyz")[0] == 503
