@@ -33,7 +33,9 @@ __all__ = [
     "get_message",
     "list_messages",
     "queue_status",
+    "relays",
     "replay",
+    "unserved_queues",
     "update_pending",
     "update_pending_async",
 ]
@@ -279,3 +281,16 @@ def replay(
         failed_within_seconds=failed_within_seconds,
         queue=queue,
     )
+
+
+# --- the fleet (``outbox relays``, ``outbox status``, the web page) ------------------------------
+
+
+def relays(conn: SyncConn, *, schema: str | None = None) -> list[queries.RelayRecord]:
+    """The relays in the fleet's register, alive or gone (until maintenance forgets them)."""
+    return queries.list_relays(conn, schema=resolve_schema(schema))
+
+
+def unserved_queues(conn: SyncConn, *, schema: str | None = None) -> dict[str, int]:
+    """Queues whose due rows no live relay serves, with how many rows are due in each."""
+    return queries.unserved_queues(conn, schema=resolve_schema(schema))

@@ -14,31 +14,30 @@ import os
 import sys
 from collections.abc import Sequence
 
-from outbox.commands import fake_telegram, maintenance, operator, relay, web
+from outbox.commands import fake_telegram, fleet, maintenance, operator, relay, web
 from outbox.commands.options import (
     Commands,
     Handler,
     Parser,
     add_database,
     add_log_format,
+    add_log_level,
     resolve_env_defaults,
 )
 from outbox.errors import InvalidInput, OutboxError
 from outbox.redact import configure_logging, redact
 from outbox.schema import configure
+from outbox.version import package_version
 
 __all__ = ["build_parser", "main"]
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="outbox", description="Transactional outbox relay for Telegram.")
-    parser.add(
-        "--log-level",
-        env="OUTBOX_LOG_LEVEL",
-        default="INFO",
-        convert=str.upper,
-        help="DEBUG, INFO, WARNING or ERROR",
+    parser.add_argument(
+        "--version", action="version", version=f"outbox {package_version()} (outbox-telegram)"
     )
+    add_log_level(parser, default="INFO")
     add_log_format(parser, default="text")
     # Also before the command: `outbox --database-url URL status`.
     add_database(parser, after_command=False)
@@ -46,6 +45,7 @@ def build_parser() -> argparse.ArgumentParser:
     maintenance.register_migrate(commands)
     relay.register(commands)
     operator.register(commands)
+    fleet.register(commands)
     maintenance.register(commands)
     web.register(commands)
     fake_telegram.register(commands)

@@ -30,6 +30,10 @@ DEFAULT_GRACE = 10.0
 DEFAULT_TELEGRAM_TIMEOUT = 10.0
 DEFAULT_RETENTION = 7 * 86400.0
 DEFAULT_MARKER_RETENTION = 30 * 86400.0
+# A relay's heartbeat (its row in the fleet's register) is also its health check's probe of the
+# database: at most MAX_HEARTBEAT apart, so that /healthz notices a lost database within 10 s.
+DEFAULT_HEARTBEAT = 5.0
+MAX_HEARTBEAT = 5.0
 
 # Ceilings, far above any real need: a typing mistake (a rate of nan, a concurrency of
 # 99999999999) is refused at start instead of a relay that spins building pools or dies at its
@@ -73,6 +77,7 @@ class RelayConfig:
     # How far ahead a claim may reserve the bot's send slots for the fleet: a relay that dies
     # holding them holds back the others' sends this long at most.
     slot_horizon: float = 1.0
+    heartbeat_interval: float = DEFAULT_HEARTBEAT  # seconds between the register's heartbeats
 
     def __post_init__(self) -> None:
         validate_schema(self.schema)
@@ -82,6 +87,8 @@ class RelayConfig:
             validate_queue(queue)
         if not 0 < self.slot_horizon <= 60:
             raise ConfigError("slot-horizon must be between 0 and 60 seconds")
+        if not 0 < self.heartbeat_interval <= MAX_HEARTBEAT:
+            raise ConfigError(f"heartbeat must be longer than 0s and at most {MAX_HEARTBEAT:g}s")
         self._check_ranges()
         for name in ("poll_interval", "lease_seconds", "reap_interval", "flush_interval"):
             if getattr(self, name) <= 0:

@@ -1,4 +1,9 @@
-"""Prometheus metrics of a running relay (``outbox relay --metrics-port``).
+"""Prometheus metrics and health probes of a running relay (``outbox relay --metrics-port``).
+
+``/metrics`` for Prometheus; ``/healthz`` answers 200 while the relay can work (its database
+answers, the Bot API accepted its token) and 503 with the reason in one line otherwise;
+``/readyz`` answers 200 while it claims (healthy, started, not stopping, not paused by
+Telegram's flood control). See ``outbox.relay.health``.
 
 The figures are read from the relay when Prometheus scrapes, so the relay's hot path does no
 extra work for them. The queue's own figures (pending rows, lag, failures) belong to the
@@ -7,22 +12,26 @@ database, not to one relay: ``outbox status --json`` reports them.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+import socket
+import time
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import fields
+from socketserver import ThreadingMixIn
 from threading import Thread
-from typing import TYPE_CHECKING
-from wsgiref.simple_server import WSGIServer
+from typing import TYPE_CHECKING, Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, start_http_server
+from prometheus_client import CollectorRegistry, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
 from outbox.errors import ConfigError
+from outbox.redact import redact
 
 if TYPE_CHECKING:
     from outbox.relay import Relay
 
-__all__ = ["MetricsServer", "RelayCollector"]
+__all__ = ["MetricsServer", "RelayCollector", "probe_answer", "relay_app"]
 
 # What each RunSummary field counts, as the "outcome" label of outbox_relay_messages_total.
 _OUTCOMES = {
@@ -72,19 +81,69 @@ class RelayCollector(Collector):
         )
 
 
+StartResponse = Callable[[str, list[tuple[str, str]]], Any]
+WsgiApp = Callable[[dict[str, Any], StartResponse], Iterable[bytes]]
+
+
+def probe_answer(problem: str | None) -> tuple[str, bytes]:
+    """The HTTP status and body of a probe: 200 "ok", or 503 and the reason in one line."""
+    if problem is None:
+        return "200 OK", b"ok\n"
+    return "503 Service Unavailable", (redact(problem) + "\n").encode()
+
+
+def relay_app(relay: Relay) -> WsgiApp:
+    """``/healthz``, ``/readyz``, and the metrics on every other path (as before)."""
+    registry = CollectorRegistry()
+    registry.register(RelayCollector(relay))
+    metrics = make_wsgi_app(registry)
+
+    def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path == "/healthz":
+            status, body = probe_answer(relay.health.problem())
+        elif path == "/readyz":
+            paused = relay.flood.paused_for(time.monotonic())
+            status, body = probe_answer(relay.health.not_ready(paused))
+        else:
+            answer: Iterable[bytes] = metrics(environ, start_response)
+            return answer
+        headers = [("Content-Type", "text/plain; charset=utf-8"), ("Cache-Control", "no-store")]
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    return app
+
+
+class _Quiet(WSGIRequestHandler):
+    def log_message(self, format: str, *args: Any) -> None:
+        """A probe every few seconds is no news for the log."""
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    daemon_threads = True  # a scrape in progress does not keep the relay from exiting
+
+
+class _Server6(_Server):
+    address_family = socket.AF_INET6
+
+
 class MetricsServer:
-    """The scrape endpoint, in a thread of its own; ``close`` stops it."""
+    """The scrape and probe endpoint, in a thread of its own; ``close`` stops it."""
 
     def __init__(self, relay: Relay, *, host: str, port: int) -> None:
-        registry = CollectorRegistry()
-        registry.register(RelayCollector(relay))
+        server_class = _Server6 if ":" in host else _Server  # an IPv6 address such as ::
         try:
-            served: tuple[WSGIServer, Thread] = start_http_server(port, host, registry)
+            self._server: _Server = make_server(
+                host, port, relay_app(relay), server_class, handler_class=_Quiet
+            )
         except OSError as err:
             raise ConfigError(
                 f"cannot serve metrics on {host}:{port}: {err.strerror or err}"
             ) from None
-        self._server, self._thread = served
+        self._thread = Thread(target=self._server.serve_forever, name="outbox-metrics")
+        self._thread.daemon = True
+        self._thread.start()
 
     def close(self) -> None:
         self._server.shutdown()

@@ -20,12 +20,13 @@ from outbox.queries import (
     QueueFigures,
     QueueStatus,
     Reaped,
+    RelayRecord,
     ReplayResult,
     SentMarker,
 )
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import State
-from outbox.vocabulary import entry_key, label, marker_label
+from outbox.vocabulary import RELAY, entry_key, label, marker_label
 
 span = format_duration  # how every duration is shown to operators
 
@@ -43,11 +44,14 @@ __all__ = [
     "queues_table",
     "reaped_json",
     "reaped_text",
+    "relay_json",
+    "relays_table",
     "replay_refusal",
     "replayed_line",
     "span",
     "split_history_entry",
     "status_lines",
+    "unserved_line",
     "when",
 ]
 
@@ -353,3 +357,50 @@ def pruned_text(pruned: Pruned) -> str:
 
 def pruned_json(pruned: Pruned) -> dict[str, int]:
     return {State.DONE: pruned.done_rows, MARKER_LABEL: pruned.markers}
+
+
+# --- the fleet -----------------------------------------------------------------------------------
+
+
+def relay_json(relay: RelayRecord) -> dict[str, Any]:
+    """One relay of the register; times in ISO 8601, ``silent_seconds`` since its heartbeat."""
+    document: dict[str, Any] = {}
+    for name in RELAY:
+        value = getattr(relay, name.python)
+        if isinstance(value, datetime):
+            value = _iso(value)
+        elif isinstance(value, tuple):
+            value = list(value)
+        document[name.label] = value
+    document["alive"] = relay.alive
+    document["silent_seconds"] = round(relay.silent_seconds, 3)
+    return document
+
+
+def relays_table(relays: Sequence[RelayRecord]) -> list[str]:
+    """One line per relay: where it runs, what it serves, whether it is alive."""
+    rows = [
+        (
+            r.host,
+            str(r.pid),
+            ",".join(r.queues),
+            "alive" if r.alive else "gone",
+            f"{span(round(r.silent_seconds))} ago",
+            when(r.started_at),
+            str(r.in_flight),
+            str(r.totals.get("sent", 0)),
+            r.version,
+        )
+        for r in relays
+    ]
+    headers = ("host", "pid", "queues", "state", "last seen", "started", "in flight", "sent")
+    return table((*headers, "version"), rows, numeric={1, 6, 7})
+
+
+def unserved_line(unserved: Mapping[str, int]) -> str:
+    """The warning of ``outbox status`` and the page: due rows that no live relay will send."""
+    parts = [f"{due} in {name}" for name, due in unserved.items()]
+    return (
+        f"due rows wait and no live relay serves their queue: {', '.join(parts)} "
+        "(start a relay with --queue for it; `outbox relays` lists the fleet)"
+    )

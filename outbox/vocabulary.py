@@ -18,6 +18,7 @@ __all__ = [
     "HISTORY",
     "MARKER",
     "OUTBOX",
+    "RELAY",
     "STATE_LITERALS",
     "Name",
     "column",
@@ -69,6 +70,26 @@ MARKER: tuple[Name, ...] = (
     _name("chat_id", "chat_id", "the chat it went to"),
     _name("message_id", "message_id", "Telegram's id of the delivered message"),
     _name("sent_at", "yuborilgan_vaqt", "when Telegram accepted it"),
+)
+
+# A relay of the fleet (table relaylar, outbox_0008) as ``outbox relays`` and the page show it.
+# Labelled in English, unlike the message's fields: nobody types these into SQL, and the JSON
+# keys are the ones monitoring scripts of other relays' registers expect (pid, host, queues).
+RELAY: tuple[Name, ...] = tuple(
+    Name(python, column, python, meaning)
+    for python, column, meaning in (
+        ("id", "id", "the id the relay picked at start"),
+        ("host", "host", "the host it runs on"),
+        ("pid", "pid", "its process id on that host"),
+        ("version", "versiya", "the outbox-telegram version it runs"),
+        ("queues", "navbatlar", "the queues it serves"),
+        ("bots", "botlar", "the public ids of its bots"),
+        ("started_at", "boshlangan", "when it started"),
+        ("last_seen", "oxirgi_signal", "its last heartbeat"),
+        ("interval", "signal_oraligi", "seconds between its heartbeats"),
+        ("in_flight", "jarayonda", "sends it had in flight at its last heartbeat"),
+        ("totals", "jami", "what it did so far, by outcome"),
+    )
 )
 
 # The fields of a tarix entry, a JSON object each (the statements that append one spell them

@@ -22,8 +22,9 @@ from sqlalchemy.orm import Session
 from outbox.db import connect_errors, create_engine, redact_url, resolve_url
 from outbox.errors import OutboxError
 from outbox.redact import redact
+from outbox.version import package_version
 from reminders import service
-from reminders.models import DEFAULT_TIME_ZONE, Task
+from reminders.models import DEFAULT_TIME_ZONE, Task, User
 from reminders.parsing import (
     format_duration,
     parse_chat_id,
@@ -148,6 +149,40 @@ def _rename(session: Session, args: argparse.Namespace) -> None:
     print(f"task {changed.task.id} renamed; {_plural(changed.updated, 'unsent reminder')} updated")
 
 
+def _user_as_json(user: User) -> dict[str, Any]:
+    return {
+        "id": user.id,
+        "name": user.name,
+        "chat_id": user.chat_id,
+        "time_zone": user.time_zone,
+        "active": user.active,
+    }
+
+
+def _user_list(session: Session, args: argparse.Namespace) -> None:
+    users = service.list_users(session)
+    if args.json:
+        print(json.dumps([_user_as_json(u) for u in users], ensure_ascii=False, indent=2))
+        return
+    if not users:
+        print("no users (add one: reminders user add --name NAME --chat-id ID)")
+        return
+    rows = [("ID", "CHAT", "TIME ZONE", "ACTIVE", "NAME")]
+    rows += [
+        (str(u.id), str(u.chat_id), u.time_zone, "yes" if u.active else "no", _one_line(u.name))
+        for u in users
+    ]
+    _print_table(rows)
+
+
+def _print_table(rows: Sequence[Sequence[str]]) -> None:
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    for row in rows:
+        print(
+            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
+        )
+
+
 def _task_as_json(task: Task) -> dict[str, Any]:
     return {
         "id": task.id,
@@ -186,11 +221,7 @@ def _list(session: Session, args: argparse.Namespace) -> None:
         )
         for t in tasks
     ]
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    for row in rows:
-        print(
-            "  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True)).rstrip()
-        )
+    _print_table(rows)
 
 
 # --- the parser --------------------------------------------------------------------------------
@@ -208,17 +239,37 @@ def _env_flag(
 ) -> None:
     """A flag whose default comes from the environment; required only if the variable is unset."""
     value = os.environ.get(env) or default
+    shown = f"default {default}; " if default is not None else ""
     parser.add_argument(
         flag,
         default=value,
         required=required and value is None,
         metavar=metavar,
-        help=f"{help_text} (env {env})",
+        help=f"{help_text} ({shown}env {env})",
     )
+
+
+def _user_commands(commands: Any, common: argparse.ArgumentParser) -> None:
+    """``reminders user add`` and ``reminders user list``."""
+    user = commands.add_parser("user", help="manage users")
+    user_commands = user.add_subparsers(dest="user_command", required=True, metavar="COMMAND")
+    user_add = user_commands.add_parser("add", parents=[common], help="add a user; prints the id")
+    user_add.add_argument("--name", required=True, help="the user's name")
+    user_add.add_argument("--chat-id", required=True, help="the Telegram chat id (a number)")
+    _env_flag(
+        user_add, "--tz", ENV_TIME_ZONE, default=DEFAULT_TIME_ZONE, help_text="IANA time zone"
+    )
+    user_add.set_defaults(handler=_user_add)
+    user_list = user_commands.add_parser("list", parents=[common], help="list the users")
+    user_list.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    user_list.set_defaults(handler=_user_list)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog=PROG, description="Tasks with Telegram reminders (the vazifalar side).")
+    parser.add_argument(
+        "--version", action="version", version=f"{PROG} {package_version()} (outbox-telegram)"
+    )
     # Before the command (`reminders --database-url URL list`) or after it; the command's copy
     # only counts when given, so that its default does not overwrite the one given before.
     _env_flag(parser, "--database-url", ENV_DATABASE_URL, metavar="URL", help_text=_URL_HELP)
@@ -231,15 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    user = commands.add_parser("user", help="manage users")
-    user_commands = user.add_subparsers(dest="user_command", required=True, metavar="COMMAND")
-    user_add = user_commands.add_parser("add", parents=[common], help="add a user; prints the id")
-    user_add.add_argument("--name", required=True, help="the user's name")
-    user_add.add_argument("--chat-id", required=True, help="the Telegram chat id (a number)")
-    _env_flag(
-        user_add, "--tz", ENV_TIME_ZONE, default=DEFAULT_TIME_ZONE, help_text="IANA time zone"
-    )
-    user_add.set_defaults(handler=_user_add)
+    _user_commands(commands, common)
 
     due_help = "YYYY-MM-DD HH:MM in the user's time zone, or ISO 8601 with an offset"
     before_help = (
@@ -380,14 +423,17 @@ def _bot(args: argparse.Namespace) -> None:
             "A-Z, a-z, 0-9, _ and -"
         )
     snooze_choices()  # a bad REMINDERS_SNOOZE is refused now, not at the first reminder
+    # The flags' values first: a typing mistake is the one line, whatever else is missing.
+    poll_timeout = _number("--poll-timeout", args.poll_timeout, 0, 50)
+    port = int(_number("--port", args.port, 1, 65535))
     config = BotConfig(
         database_url=resolve_url(args.database_url),
         token=read_token(),
         api_url=telegram_api_url(),
-        poll_timeout=_number("--poll-timeout", args.poll_timeout, 0, 50),
+        poll_timeout=poll_timeout,
         webhook_url=webhook,
         webhook_listen=args.listen,
-        webhook_port=int(_number("--port", args.port, 1, 65535)),
+        webhook_port=port,
         webhook_secret=secret,
     )
     configure_logging(level)

@@ -38,6 +38,7 @@ __all__ = [
     "get_task",
     "get_user",
     "list_tasks",
+    "list_users",
     "reminder_key",
     "rename_task",
     "reschedule_task",
@@ -205,6 +206,11 @@ def list_tasks(
     if not include_done:
         query = query.where(Task.done.is_(False))
     return list(session.scalars(query))
+
+
+def list_users(session: Session) -> list[User]:
+    """Every user, oldest first."""
+    return list(session.scalars(sa.select(User).order_by(User.id)))
 
 
 # --- reminders in the outbox -----------------------------------------------------------------

@@ -9,7 +9,7 @@ import argparse
 import asyncio
 import os
 
-from outbox.commands.options import Commands, add_log_format, duration, flag_bool, port
+from outbox.commands.options import Commands, duration, flag_bool, port
 from outbox.errors import ConfigError
 
 __all__ = ["register"]
@@ -21,7 +21,6 @@ def register(commands: Commands) -> None:
     fake = commands.add(
         "fake-telegram", _cmd_fake_telegram, "a local stand-in for the Bot API", database=False
     )
-    add_log_format(fake)
     fake.add("--host", env="OUTBOX_FAKE_HOST", default="127.0.0.1", help="address to bind")
     fake.add("--port", env="OUTBOX_FAKE_PORT", default=8081, convert=port, help="port to bind")
     fake.add(

@@ -120,6 +120,13 @@ def _bulk_filter(args: argparse.Namespace) -> str:
 def cmd_status(args: argparse.Namespace) -> int:
     with open_database(args) as engine, engine.begin() as conn:
         status = api.queue_status(conn, lease_seconds=args.lease, queue=args.queue)
+        unserved = api.unserved_queues(conn)
+    if args.queue is not None:
+        unserved = {name: due for name, due in unserved.items() if name == args.queue}
+    # A warning, not a problem: the lag says whether the wait has become one (--max-lag).
+    warnings = [out.unserved_line(unserved)] if unserved else []
+    for warning in warnings:
+        complain(f"warning: {warning}")
     problems = []
     if status.lag_seconds > args.max_lag:
         late = _in_queues(status, lambda figures: figures.lag_seconds > args.max_lag)
@@ -157,6 +164,8 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "failed": status.counts["xato"],
                 "healthy": not problems,
                 "problems": problems,
+                "warnings": warnings,
+                "unserved_queues": unserved,
                 "queues": out.queues_json(status.queues),
             }
         )

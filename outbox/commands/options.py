@@ -31,6 +31,7 @@ __all__ = [
     "add_database",
     "add_lease",
     "add_log_format",
+    "add_log_level",
     "add_queue_filter",
     "duration",
     "flag_bool",
@@ -100,18 +101,27 @@ def number(low: float, high: float) -> Converter[float]:
     return convert
 
 
-def duration(high: float = MAX_DURATION, *, positive: bool = False) -> Converter[float]:
-    """Seconds from a duration as people type it (``90``, ``5m``, ``1h30m``), at most ``high``."""
+@dataclass(frozen=True, slots=True)
+class _Duration:
+    """Seconds from a duration as people type it; shown in ``--help`` the same way."""
 
-    def convert(raw: str) -> float:
+    high: float
+    positive: bool
+
+    def __call__(self, raw: str) -> float:
         seconds = parse_duration(raw).total_seconds()
-        if positive and seconds <= 0:
+        if self.positive and seconds <= 0:
             raise InvalidInput(f"duration {_shown(raw)} must be longer than 0s")
-        if seconds > high:
-            raise InvalidInput(f"duration {_shown(raw)} is longer than {format_duration(high)}")
+        if seconds > self.high:
+            raise InvalidInput(
+                f"duration {_shown(raw)} is longer than {format_duration(self.high)}"
+            )
         return seconds
 
-    return convert
+
+def duration(high: float = MAX_DURATION, *, positive: bool = False) -> Converter[float]:
+    """Seconds from a duration as people type it (``90``, ``5m``, ``1h30m``), at most ``high``."""
+    return _Duration(high, positive)
 
 
 def flag_bool(raw: str) -> bool:
@@ -203,6 +213,19 @@ class _FromEnv:
         return self.convert(self.raw)
 
 
+def _shown_default(default: Any, convert: Converter[Any]) -> str | None:
+    """A flag's built-in default as ``--help`` shows it; None when there is none to show."""
+    if default is None or default is argparse.SUPPRESS or isinstance(default, bool):
+        return None
+    if isinstance(convert, _Duration) and isinstance(default, int | float):
+        return format_duration(default)
+    if isinstance(default, float):
+        return f"{default:g}"
+    if isinstance(default, list | tuple):
+        return ",".join(str(item) for item in default) or None
+    return str(default) if str(default) else None
+
+
 def resolve_env_defaults(args: argparse.Namespace) -> None:
     for name, value in vars(args).items():
         if isinstance(value, _FromEnv):
@@ -237,6 +260,9 @@ class Parser(argparse.ArgumentParser):
         """A flag, and its environment twin (``env``) that gives its default; ``env_convert``
         reads the twin where a variable shared with another command means more there."""
         kwargs["type"] = _from(flags[0], convert, self.refusal)
+        shown = _shown_default(default, convert)
+        if shown is not None and "default" not in help:
+            help = f"{help} (default {shown})"
         if env is not None:
             raw = os.environ.get(env, "")
             if raw and default is not argparse.SUPPRESS:
@@ -278,6 +304,17 @@ def add_database(parser: Parser, *, after_command: bool) -> None:
     )
 
 
+def add_log_level(parser: Parser, default: Any = argparse.SUPPRESS) -> None:
+    """On the main parser and again on every command (``outbox status --log-level DEBUG``)."""
+    parser.add(
+        "--log-level",
+        env="OUTBOX_LOG_LEVEL",
+        default=default,
+        convert=str.upper,
+        help="DEBUG, INFO, WARNING or ERROR",
+    )
+
+
 def add_log_format(parser: Parser, default: Any = argparse.SUPPRESS) -> None:
     """On the main parser (``outbox --log-format json relay``) and again on each long-running
     command (``outbox relay --log-format json``); the command's copy only counts when given."""
@@ -308,6 +345,9 @@ class Commands:
     ) -> Parser:
         parser: Parser = self._sub.add_parser(name, help=help, description=help, refusal=refusal)
         parser.set_defaults(handler=handler)
+        # The main parser's options after the command too (``outbox status --log-level DEBUG``).
+        add_log_level(parser)
+        add_log_format(parser)
         if database:
             add_database(parser, after_command=True)
         else:

@@ -23,7 +23,6 @@ from outbox.commands.options import (
     Commands,
     Parser,
     add_lease,
-    add_log_format,
     duration,
     flag_bool,
     number,
@@ -36,6 +35,7 @@ from outbox.config import (
     DEFAULT_CLAIM_AHEAD,
     DEFAULT_CONCURRENCY,
     DEFAULT_GRACE,
+    DEFAULT_HEARTBEAT,
     DEFAULT_MARKER_RETENTION,
     DEFAULT_POLL_INTERVAL,
     DEFAULT_POLL_ONLY_INTERVAL,
@@ -45,6 +45,7 @@ from outbox.config import (
     MAX_BATCH_SIZE,
     MAX_CONCURRENCY,
     MAX_GROUP_RATE,
+    MAX_HEARTBEAT,
     MAX_RATE,
     MAX_WAIT,
     RelayConfig,
@@ -53,6 +54,7 @@ from outbox.config import (
 )
 from outbox.errors import ConfigError
 from outbox.ratelimit import RateLimits
+from outbox.redact import redact
 from outbox.retry import RetryPolicy
 from outbox.schema import DEFAULT_QUEUE
 
@@ -88,7 +90,6 @@ def register(commands: Commands) -> None:
         refusal=ConfigError,
     )
     _relay_flags(relay)
-    add_log_format(relay)
 
 
 def _relay_flags(parser: Parser) -> None:
@@ -215,11 +216,19 @@ def _relay_flags(parser: Parser) -> None:
         help="delete sent markers older than this",
     )
     parser.add(
+        "--heartbeat",
+        env="OUTBOX_HEARTBEAT",
+        default=DEFAULT_HEARTBEAT,
+        convert=duration(MAX_HEARTBEAT, positive=True),
+        help="how often the relay writes its heartbeat into the fleet's register (outbox "
+        "relays); also how often /healthz checks the database",
+    )
+    parser.add(
         "--metrics-port",
         env="OUTBOX_METRICS_PORT",
         default=0,
         convert=port,
-        help="serve Prometheus metrics on this port (0: no metrics)",
+        help="serve Prometheus metrics, /healthz and /readyz on this port (0: none)",
     )
     parser.add(
         "--metrics-host",
@@ -250,6 +259,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         retry=RetryPolicy(max_attempts=args.max_attempts, base_seconds=args.backoff_base),
         queues=tuple(args.queues or (DEFAULT_QUEUE,)),
         slot_horizon=args.slot_horizon,
+        heartbeat_interval=args.heartbeat,
         rate_limits=RateLimits(
             per_bot=args.rate_limit,
             per_chat=args.chat_rate_limit,
@@ -271,6 +281,11 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     config = dataclasses.replace(settings, database_url=database_url(args))
     sender = TelegramSender(
         token, api_url=api_url, pool_size=config.concurrency, read_timeout=config.telegram_timeout
+    )
+    # Which Bot API, said once: a relay pointed at the fake (or a local Bot API server) by a
+    # leftover variable is seen at once. The token is part of every request URL, never of this.
+    logging.getLogger("outbox.relay").info(
+        "Bot API %s, bot %s", redact(api_url.rstrip("/")), sender.bot_id
     )
 
     async def run() -> int:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 
 from outbox.commands.common import database_url
-from outbox.commands.options import Commands, add_lease, add_log_format, duration, port
+from outbox.commands.options import Commands, add_lease, duration, port
 from outbox.errors import ConfigError
 from outbox.schema import current_schema
 
@@ -44,7 +44,6 @@ def register(commands: Commands) -> None:
         convert=duration(MAX_REFRESH),
         help="how often the page updates its figures (at least 1s, at most 1h)",
     )
-    add_log_format(web)
 
 
 def _cmd_web(args: argparse.Namespace) -> int:

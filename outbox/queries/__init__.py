@@ -6,6 +6,7 @@ Nothing else in the package writes SQL. The statements live here in modules by c
 * ``relay``: the relay's hot path (claims, outcomes, the bot's pause, queue timing);
 * ``maintenance``: the round's lock, the reaper, retention, idle chats;
 * ``status``: the counts and health of ``outbox status`` and the web page;
+* ``registry``: the fleet's register of relays (heartbeats, the list, unserved queues);
 * ``operator``: reading messages, replaying failures, the web page's other queries;
 * ``_common``: tables named per schema, the sync/async runners, the schema's own facts.
 
@@ -53,6 +54,14 @@ from outbox.queries.operator import (
     replay,
     search_messages,
 )
+from outbox.queries.registry import (
+    RelayRecord,
+    forget_gone_relays,
+    forget_relay,
+    list_relays,
+    relay_heartbeat,
+    unserved_queues,
+)
 from outbox.queries.relay import (
     ClaimedRow,
     ClaimLimits,
@@ -83,6 +92,7 @@ __all__ = [
     "QueueStatus",
     "QueueTiming",
     "Reaped",
+    "RelayRecord",
     "ReplayResult",
     "SentMarker",
     "SyncConn",
@@ -99,14 +109,18 @@ __all__ = [
     "ensure_bot",
     "failed_kinds",
     "finished_per_minute",
+    "forget_gone_relays",
     "forget_idle_chats",
+    "forget_relay",
     "get_message",
     "list_messages",
+    "list_relays",
     "prune",
     "queue_status",
     "queue_timing",
     "reap_stale",
     "record_outcomes",
+    "relay_heartbeat",
     "replay",
     "run_async",
     "run_sync",
@@ -115,5 +129,6 @@ __all__ = [
     "search_messages",
     "still_claimed",
     "try_maintenance_lock",
+    "unserved_queues",
     "update_pending",
 ]

@@ -7,7 +7,8 @@ reports on is returned to the queue by the reaper once its lease runs out.
 Every service has one shape (``outbox.relay.service``): ``run()`` until ``stop()``. They stop
 in this order: the claimer stops claiming (and so no new send starts); the sends in flight
 finish within the grace period while the completer keeps writing their outcomes; the
-completer writes the rest; then flood control, the listener and maintenance stop. A second
+completer writes the rest; then flood control, the listener, maintenance and the heartbeat
+stop. A second
 ``stop()`` cuts the grace short.
 """
 
@@ -23,6 +24,8 @@ from outbox.errors import DatabaseUnavailable, OutboxError, TelegramUnavailable
 from outbox.relay.claimer import Claimer, fleet_limits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.health import Health
+from outbox.relay.heartbeat import Heartbeat, RelayIdentity
 from outbox.relay.listener import Listener
 from outbox.relay.maintenance import Maintenance, Reaper, Retention
 from outbox.relay.send_pool import SendPool, claim_check
@@ -59,6 +62,12 @@ class Relay:
         )
         self._record_store = Store(
             url, "record", self._stopping, prepare=prepare, outage=self._outage
+        )
+        # /healthz and /readyz (outbox.metrics); the heartbeat is its probe of the database.
+        self.health = Health(stale_after=2 * config.heartbeat_interval)
+        self.identity = RelayIdentity.of_this_process(config.queues, (sender.bot_id,))
+        self._heartbeat_store = Store(
+            url, "heartbeat", self._stopping, prepare=prepare, outage=self._outage
         )
         # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
         self.flood = FloodControl(schema=config.schema, bot=sender.bot_id, store=self._record_store)
@@ -99,6 +108,14 @@ class Relay:
         )
         self.listener = None if config.poll_only else self._listener()
         self.maintenance = self._maintenance()
+        self.heartbeat = Heartbeat(
+            self._heartbeat_store,
+            schema=config.schema,
+            identity=self.identity,
+            interval=config.heartbeat_interval,
+            snapshot=self.snapshot,
+            health=self.health,
+        )
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -115,15 +132,30 @@ class Relay:
         A schema this version cannot use or a rejected token is one clear error at once.
         """
         url, schema = self.config.database_url, self.config.schema
+        health = self.health
+
+        async def database() -> None:
+            try:
+                await check_schema(url, schema=schema)
+            except DatabaseUnavailable as err:
+                health.database_failed(str(err))
+                raise
+            health.database_ok()
+
+        async def token() -> None:
+            try:
+                await self._sender.start()
+            except TelegramUnavailable as err:
+                health.token_pending(str(err))
+                raise
+            health.token_ok()
+
         if await wait_until_reachable(
-            "the database",
-            lambda: check_schema(url, schema=schema),
-            unreachable=DatabaseUnavailable,
-            stopping=self._stopping,
+            "the database", database, unreachable=DatabaseUnavailable, stopping=self._stopping
         ):
             await wait_until_reachable(
                 "the Telegram Bot API",
-                self._sender.start,
+                token,
                 unreachable=TelegramUnavailable,
                 stopping=self._stopping,
             )
@@ -135,6 +167,7 @@ class Relay:
         await self._sender.close()
         await self._claim_store.close()
         await self._record_store.close()
+        await self._heartbeat_store.close()
 
     def snapshot(self) -> RelaySnapshot:
         """The relay's figures now; safe to call from another thread (metrics)."""
@@ -177,16 +210,18 @@ class Relay:
         if self._stopping.is_set():  # stopped while it waited to start: nothing was claimed
             return self._total.copy()
         # The claimer's run is the relay's: when it ends, so do the others, in order.
-        helpers: list[Service] = [self.flood, self.maintenance]
+        helpers: list[Service] = [self.flood, self.maintenance, self.heartbeat]
         if self.listener is not None:
             helpers.append(self.listener)
         services: list[Service] = [self.send_pool, self.completer, *helpers]
         running = {service.name: self._start(service) for service in services}
+        self.health.running()
         try:
             await self.claimer.run(drain=drain)
         finally:
             # 1. The claimer stops: no new claims, and so no new sends.
             self.claimer.stop()
+            self.health.stopping()
             if self.send_pool.in_flight:
                 log.info(
                     "stopping: %d claimed rows in flight get up to %g s; "
@@ -198,7 +233,8 @@ class Relay:
             await _stopped(running, self.send_pool)
             # 3. The completer writes the rest.
             await _stopped(running, self.completer)
-            # 4. Last, flood control (its last announcement), the listener and maintenance.
+            # 4. Last, flood control (its last announcement), the listener, maintenance and the
+            # heartbeat (which takes the relay out of the register).
             await _stopped(running, *helpers)
         self._raise_if_fatal()
         return self._total
@@ -251,6 +287,7 @@ class Relay:
         """Stop the relay because of ``err``; ``run`` raises it once the relay has stopped."""
         if self._fatal is None:
             self._fatal = err
+            self.health.fatal(str(err))
             log.error("%s", err)
         # Not stop(): a second rejected send (they come one by one on a busy machine) is no
         # operator's second signal, and must not cut the other sends short.

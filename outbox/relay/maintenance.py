@@ -21,6 +21,9 @@ __all__ = ["Maintenance", "Reaper", "Retention"]
 
 log = logging.getLogger("outbox.relay")
 
+# A relay silent this long leaves the fleet's register (it is shown as gone long before).
+FORGET_GONE_RELAYS_AFTER = 3600.0
+
 
 @dataclass(frozen=True, slots=True)
 class Reaper:
@@ -39,6 +42,9 @@ class Reaper:
             max_attempts=self.max_attempts,
         )
         await queries.forget_idle_chats(conn, schema=self.schema)
+        await queries.forget_gone_relays(
+            conn, schema=self.schema, after_seconds=FORGET_GONE_RELAYS_AFTER
+        )
         return reaped
 
 

@@ -96,6 +96,8 @@ def _overview(conn: Connection, config: WebConfig) -> dict[str, Any]:
         "failed_hour": sum(activity.failed),
         "updated": now.strftime("%H:%M:%S UTC"),
         "lease": config.lease_seconds,
+        "relays": api.relays(conn, schema=config.schema),
+        "unserved": api.unserved_queues(conn, schema=config.schema),
     }
 
 

@@ -1,0 +1,33 @@
+"""``outbox relays``: the fleet's register, the relays alive and the ones gone silent.
+
+A relay is listed from its start to its clean stop; one killed without a word is shown as gone
+after a few missed heartbeats (about 20 s with the default 5 s), and maintenance deletes it an
+hour later.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from outbox import api
+from outbox import presentation as out
+from outbox.commands.common import open_database, print_json
+from outbox.commands.options import Commands
+
+__all__ = ["register"]
+
+
+def cmd_relays(args: argparse.Namespace) -> int:
+    with open_database(args) as engine, engine.begin() as conn:
+        relays = api.relays(conn)
+    if args.json:
+        print_json([out.relay_json(relay) for relay in relays])
+    elif relays:
+        print("\n".join(out.relays_table(relays)))
+    else:
+        print("no relay is registered (none is running, or none has started since the upgrade)")
+    return 0
+
+
+def register(commands: Commands) -> None:
+    commands.add("relays", cmd_relays, "the relays of the fleet: alive, or gone silent", json=True)

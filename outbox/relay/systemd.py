@@ -1,0 +1,45 @@
+"""systemd's notify protocol, for a relay run as a ``Type=notify`` service with ``WatchdogSec=``.
+
+``READY=1`` once the relay first wrote its heartbeat; ``WATCHDOG=1`` after each heartbeat while
+the relay is healthy (what ``/healthz`` answers 200 to), so that systemd restarts a relay that
+hangs or has been unable to work for longer than ``WatchdogSec``; ``STOPPING=1`` when it stops.
+Outside systemd (no ``NOTIFY_SOCKET``) every call does nothing.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+
+__all__ = ["SystemdNotifier"]
+
+
+class SystemdNotifier:
+    def __init__(self, address: str | None = None) -> None:
+        address = os.environ.get("NOTIFY_SOCKET", "") if address is None else address
+        # "@name" is a socket in the abstract namespace: a leading NUL byte.
+        self._address = "\0" + address[1:] if address.startswith("@") else address
+        self._ready = False
+
+    @property
+    def enabled(self) -> bool:
+        return bool(self._address)
+
+    def healthy(self) -> None:
+        """Tell systemd the relay works: ready the first time, a watchdog ping every time."""
+        if not self._ready:
+            self._ready = True
+            self._send("READY=1\nSTATUS=relaying")
+        self._send("WATCHDOG=1")
+
+    def stopping(self) -> None:
+        self._send("STOPPING=1")
+
+    def _send(self, message: str) -> None:
+        if not self._address:
+            return
+        # A lost notification costs at most a restart by the watchdog: never the relay itself.
+        with contextlib.suppress(OSError), socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.connect(self._address)
+            s.sendall(message.encode())
