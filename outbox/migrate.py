@@ -55,7 +55,9 @@ VERSION_TABLE = "outbox_alembic_version"
 # For a host's alembic.ini: version_locations = %(here)s/versions outbox.migrations:versions
 VERSIONS_LOCATION = f"{SCRIPT_PACKAGE}:versions"
 BRANCH = "outbox"
-OUTBOX_TABLES = frozenset({"outbox", "yuborilgan", "bot_holati", "chat_navbati", VERSION_TABLE})
+OUTBOX_TABLES = frozenset(
+    {"outbox", "yuborilgan", "bot_holati", "chat_navbati", "pauza", VERSION_TABLE}
+)
 _SCHEMA_ATTRIBUTE = "outbox_schema"
 _RESULT_ATTRIBUTE = "outbox_upgraded"
 _LEGACY_REVISION = "0001"  # the single history of version 0.1, shared with the domain tables

@@ -7,6 +7,8 @@ Nothing else in the package writes SQL. The statements live here in modules by c
 * ``maintenance``: the round's lock, the reaper, retention, idle chats;
 * ``status``: the counts and health of ``outbox status`` and the web page;
 * ``operator``: reading messages, replaying failures, the web page's other queries;
+* ``pause``: the operator's pauses, and the condition the claim keeps them by;
+* ``batch``: batches (broadcasts): the bulk enqueue, a batch's progress and its cancel;
 * ``_common``: tables named per schema, the sync/async runners, the schema's own facts.
 
 Callers import from here (``from outbox import queries``; ``queries.claim_due(...)``), not
@@ -30,6 +32,7 @@ from outbox.queries._common import (
     schema_facts_sync,
 )
 from outbox.queries.app import cancel, enqueue, update_pending
+from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.maintenance import (
     Pruned,
     Reaped,
@@ -53,6 +56,7 @@ from outbox.queries.operator import (
     replay,
     search_messages,
 )
+from outbox.queries.pause import Pause, Scope, list_pauses, pause, resume, unpaused_lag
 from outbox.queries.relay import (
     ClaimedRow,
     ClaimLimits,
@@ -74,21 +78,26 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Activity",
+    "BatchProgress",
     "ClaimLimits",
     "ClaimedRow",
     "Message",
     "Outcome",
+    "Pause",
     "Pruned",
     "QueueFigures",
     "QueueStatus",
     "QueueTiming",
     "Reaped",
     "ReplayResult",
+    "Scope",
     "SentMarker",
     "SyncConn",
     "announce_pause",
     "backlog",
+    "batch_progress",
     "cancel",
+    "cancel_batch",
     "cancel_by_operator",
     "claim_due",
     "claim_holder",
@@ -96,18 +105,22 @@ __all__ = [
     "count_failed",
     "count_prunable",
     "enqueue",
+    "enqueue_many",
     "ensure_bot",
     "failed_kinds",
     "finished_per_minute",
     "forget_idle_chats",
     "get_message",
     "list_messages",
+    "list_pauses",
+    "pause",
     "prune",
     "queue_status",
     "queue_timing",
     "reap_stale",
     "record_outcomes",
     "replay",
+    "resume",
     "run_async",
     "run_sync",
     "schema_facts",
@@ -115,5 +128,6 @@ __all__ = [
     "search_messages",
     "still_claimed",
     "try_maintenance_lock",
+    "unpaused_lag",
     "update_pending",
 ]

@@ -44,6 +44,7 @@ def _sql(template: str, schema: str) -> str:
         yuborilgan=f'"{schema}".yuborilgan',
         bot_holati=f'"{schema}".bot_holati',
         chat_navbati=f'"{schema}".chat_navbati',
+        pauza=f'"{schema}".pauza',
         notify_channel=notify_channel(schema),
         pause_channel=pause_channel(schema),
         **STATE_LITERALS,
