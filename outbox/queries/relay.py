@@ -402,6 +402,8 @@ class QueueTiming(NamedTuple):
 _QUEUE_TIMING = """
 SELECT min(greatest(d.due, extract(epoch FROM h.pauza_tugashi),
                     extract(epoch FROM h.keyingi_slot) - %(horizon)s))
+           -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
+           FILTER (WHERE d.due IS NOT NULL)
        - extract(epoch FROM now()),
        coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM now())), 0)::float8,
        coalesce(bool_or(d.first_due <= extract(epoch FROM now())), false)
