@@ -51,8 +51,9 @@ class Relay:
         self._hurry = asyncio.Event()  # a second stop: no more grace
         self._fatal: BaseException | None = None
         self._total = RunSummary()
-        # Poll-only is the PgBouncer mode: no server-side prepared statements there.
-        prepare = not config.poll_only
+        # Poll-only is the PgBouncer mode: no server-side prepared statements there. So is a
+        # relay that LISTENs on a direct URL of its own: its main URL is the pooler's.
+        prepare = not config.poll_only and config.listen_database_url is None
         url = config.database_url
         # One store per connection; one word in the log about the database for all of them.
         self._outage = OutageLog()
@@ -180,7 +181,7 @@ class Relay:
         helpers: list[asyncio.Task[None]] = []
         if not self.config.poll_only:
             listener = Listener(
-                self.config.database_url,
+                self.config.listen_database_url or self.config.database_url,
                 schema=self.config.schema,
                 bot=self.flood.bot,
                 announcer=self._record_store,
