@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from typing import Any
+from urllib.parse import quote, urlencode
 
 from aiohttp import web
 from sqlalchemy import Connection
@@ -48,7 +49,7 @@ def _back(form: Any, did: str) -> str:
     """Where to go after an action: the batch's page for a batch, else the front page."""
     if inputs.field(form, "scope", "pause scope") == "batch":
         name = inputs.field(form, "value", "name")
-        return str(web.URL.build(path=f"/batches/{name}", query={"did": did}))
+        return f"{_batch_path(name)}?did={did}"
     return f"/?did={did}"
 
 
@@ -68,6 +69,10 @@ async def resume_scope(request: web.Request) -> web.StreamResponse:
     await _in_db(request, lambda conn: queries.resume(conn, scope, value, schema=config.schema))
     log.info("web: resumed %s %s", scope.option, value)
     raise web.HTTPSeeOther(_back(form, "resumed"))
+
+
+def _batch_path(name: str) -> str:
+    return f"/batches/{quote(name, safe='')}"
 
 
 def _batch_name(request: web.Request) -> str:
@@ -109,8 +114,7 @@ async def cancel_batch(request: web.Request) -> web.StreamResponse:
         request, lambda conn: queries.cancel_batch(conn, name, schema=config.schema)
     )
     log.info("web: cancelled %d waiting messages of batch %s", cancelled, name)
-    path = web.URL.build(path=f"/batches/{name}", query={"cancelled": str(cancelled)})
-    raise web.HTTPSeeOther(str(path))
+    raise web.HTTPSeeOther(f"{_batch_path(name)}?{urlencode({'cancelled': cancelled})}")
 
 
 def add_routes(app: web.Application) -> None:
