@@ -7,8 +7,10 @@ from __future__ import annotations
 
 import asyncio
 import collections
+from functools import partial
 from typing import Any
 
+import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue
@@ -17,7 +19,16 @@ from outbox.relay import RunSummary
 from outbox.telegram import bot_id_of
 from outbox_testing.fake_telegram import FakeTelegram
 from tests.conftest import TEST_TOKEN
-from tests.support import backends, eventually, make_relay, states, text
+from tests.support import (
+    Relays,
+    backends,
+    eventually,
+    make_relay,
+    run_cli,
+    states,
+    text,
+    wait_until,
+)
 
 BOT = bot_id_of(TEST_TOKEN)
 
@@ -157,3 +168,42 @@ def test_resume_wakes_an_idle_relay_before_its_poll(
 
     asyncio.run(scenario())
     assert len(delivered_once(fake_telegram)) == 1
+
+
+def test_a_paused_batch_holds_across_a_killed_relay_and_goes_once_on_resume(
+    engine: sa.Engine,
+    db_url: str,
+    fake_telegram: FakeTelegram,
+    relays: Relays,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", db_url)
+    assert run_cli(capsys, "pause", "--batch", "campaign-7")[0] == 0
+    with engine.begin() as conn:
+        enqueue_many(conn, [(f"c{n}", text(800 + n)) for n in range(20)], batch="campaign-7")
+    for attempt in range(2):  # a relay, then another after the first was killed
+        relay = relays.start()
+        with engine.begin() as conn:
+            enqueue(conn, key=f"control{attempt}", payload=text(900 + attempt))
+        wait_until(
+            partial(
+                lambda sent: holat(engine, "partiya IS NULL")["bajarildi"] == sent, attempt + 1
+            ),
+            30,
+            "the control row",
+            explain=relays.describe,
+        )
+        assert holat(engine, "partiya = 'campaign-7'") == {"kutmoqda": 20}
+        if attempt == 0:
+            relay.kill()
+    assert run_cli(capsys, "resume", "--batch", "campaign-7")[0] == 0
+    # Well within the relay's 30 s poll: the resume woke it.
+    wait_until(
+        lambda: holat(engine, "partiya = 'campaign-7'") == {"bajarildi": 20},
+        20,
+        "the resumed batch",
+        explain=relays.describe,
+    )
+    assert relay.stop() == 0, relays.describe()
+    assert len(delivered_once(fake_telegram)) == 22

@@ -17,10 +17,12 @@ what its cancel walks; rows without a batch cost it nothing.
 
 Locks: the revision holds the outbox table's ACCESS EXCLUSIVE lock (relays and the app wait)
 from its first statement to its commit. Adding a nullable column without a default changes
-only the catalogue and rewrites no row; building the partial index reads the table once.
-Measured on an outbox of 1,000,000 rows without a batch (embedded PostgreSQL, a busy 2-core
-machine): see the README of ``bench`` (``outbox_0006``): about 1 ms for the column and
-0.2-0.3 s for the index, so about 0.3 s in all.
+only the catalogue and rewrites no row; the check on the batch's name reads every row once (all
+NULL, nothing is rewritten), and so does building the partial index (it holds no row yet).
+Measured on an outbox of 1,000,000 rows, 10,000 of them pending (embedded PostgreSQL 16, a busy
+2-core machine, two runs): the new table 20-25 ms, the column under 12 ms, the check 310-340 ms,
+the index 260-270 ms: about 0.6 s in all (0.7 s through ``outbox migrate``). Both scans grow
+with the table; retention keeps it small.
 """
 
 from __future__ import annotations
