@@ -6,7 +6,9 @@ enqueues through ``outbox.enqueue``, one transaction per message at a steady 100
 notes the wall-clock time each commit returned; the fake notes when each message arrived. Both
 run on this machine, so their clocks are the same clock. Then the same with ``--poll-only``
 (LISTEN off, as behind PgBouncer), and reminders scheduled for moments in the future: how late
-after its moment each one arrives.
+after its moment each one arrives. Last, through the distribution's PgBouncer in transaction
+pooling (the app's enqueues and the relay's claims and writes): ``--poll-only``, and LISTEN on a
+direct connection of its own (``--listen-database-url``).
 """
 
 from __future__ import annotations
@@ -48,11 +50,20 @@ def _arrivals(fake: FakeBotApi) -> dict[str, float]:
     return {d["text"]: float(d["wall"]) for d in fake.delivered()}
 
 
-def steady(url: str, fake: FakeBotApi, label: str, seconds: float, args: list[str]) -> list[float]:
-    """Latencies in ms of ``seconds`` of messages at a steady 100/s."""
+def steady(
+    url: str,
+    fake: FakeBotApi,
+    label: str,
+    seconds: float,
+    args: list[str],
+    *,
+    relay_url: str | None = None,
+) -> list[float]:
+    """Latencies in ms of ``seconds`` of messages at a steady 100/s, enqueued on ``url``; the
+    relay reaches the database through ``relay_url`` (PgBouncer, say), else ``url``."""
     fake.reset()
     enqueuer = _Enqueuer(url)
-    with RelayProcess(url, fake.url, args) as relay:
+    with RelayProcess(relay_url or url, fake.url, args) as relay:
         # The relay is up once a first message went through.
         enqueuer.send(f"{label}-warmup", CHAT_BASE)
         if not fake.wait_delivered(1, timeout=30.0) or not relay.alive():
@@ -113,6 +124,7 @@ def run(server: Server, options: Options) -> list[Figure]:
             poll = steady(url, fake, "poll", seconds / 2, ["--rate-limit", "0", "--poll-only"])
         with server.database("latency_scheduled") as url:
             late = scheduled(url, fake, *((10, 1.0) if options.quick else (50, 5.0)))
+        bounced = _behind_pgbouncer(server, fake, seconds / 2, options)
     p50, p99 = percentile(notify, 50), percentile(notify, 99)
     options.say(f"latency with NOTIFY: p50 {p50:.1f} ms, p99 {p99:.1f} ms, max {max(notify):.1f}")
     options.say(f"latency, poll only: p50 {percentile(poll, 50):.0f} ms, max {max(poll):.0f} ms")
@@ -145,4 +157,53 @@ def run(server: Server, options: Options) -> list[Figure]:
             note=f"{len(late)} reminders; p50 {percentile(late, 50):.1f} ms",
         ),
     ]
-    return figures
+    return figures + bounced
+
+
+def _behind_pgbouncer(
+    server: Server, fake: FakeBotApi, seconds: float, options: Options
+) -> list[Figure]:
+    """The app and the relay through the distribution's PgBouncer (transaction pooling):
+    ``--poll-only``, then LISTEN on a direct URL of its own (``--listen-database-url``)."""
+    # The test suite's PgBouncer helpers: one way to run it, for the tests and the bench.
+    from tests.pgbouncer import PgBouncer, pgbouncer_binary
+
+    binary = pgbouncer_binary()
+    if binary is None:
+        options.say("latency behind PgBouncer: skipped, pgbouncer not installed")
+        return []
+    bouncer = PgBouncer(binary, server.url)
+    try:
+        # The app enqueues on the server itself (its commit is the moment measured from); the
+        # relay's claims and writes go through PgBouncer.
+        with server.database("latency_bouncer_poll") as url:
+            args = ["--rate-limit", "0", "--poll-only"]
+            poll = steady(url, fake, "bpoll", seconds, args, relay_url=bouncer.url(url))
+        with server.database("latency_bouncer_listen") as url:
+            args = ["--rate-limit", "0", "--listen-database-url", url]
+            listen = steady(url, fake, "blisten", seconds * 2, args, relay_url=bouncer.url(url))
+    finally:
+        bouncer.close()
+    p50, p99 = percentile(listen, 50), percentile(listen, 99)
+    options.say(
+        f"behind PgBouncer: poll-only p50 {percentile(poll, 50):.0f} ms; "
+        f"direct LISTEN p50 {p50:.1f} ms, p99 {p99:.1f} ms"
+    )
+    return [
+        Figure(
+            "4",
+            "behind PgBouncer, --poll-only, p50",
+            percentile(poll, 50),
+            "ms",
+            note=f"p99 {percentile(poll, 99):.0f} ms; relay's claims, writes via PgBouncer",
+        ),
+        Figure(
+            "4",
+            "behind PgBouncer, LISTEN on --listen-database-url, p50",
+            p50,
+            "ms",
+            target="<= 10 ms",
+            met=p50 <= 10,
+            note=f"p99 {p99:.1f} ms; {len(listen):,} messages at {RATE:.0f}/s",
+        ),
+    ]

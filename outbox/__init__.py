@@ -16,6 +16,7 @@ from outbox.api import (
     update_pending,
     update_pending_async,
 )
+from outbox.broadcast import enqueue_many, enqueue_many_async
 from outbox.errors import InvalidPayload, OutboxError
 from outbox.schema import configure
 from outbox.states import FailureCode, State
@@ -31,6 +32,8 @@ __all__ = [
     "configure",
     "enqueue",
     "enqueue_async",
+    "enqueue_many",
+    "enqueue_many_async",
     "failed_messages",
     "get_message",
     "list_messages",

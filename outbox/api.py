@@ -17,6 +17,7 @@ from outbox import queries
 from outbox.errors import ConfigError, InvalidInput, InvalidPayload
 from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, send_message_args
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
+from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 from outbox.states import State
 
@@ -79,11 +80,14 @@ def _enqueue_steps(
     run_at: datetime | None,
     schema: str | None,
     queue: str,
+    batch: str | None = None,
 ) -> queries.Steps:
     try:
         validate_queue(queue)
     except ConfigError as err:
         raise InvalidInput(str(err)) from None
+    if batch is not None:
+        check_batch_name(batch)
     if not isinstance(key, str) or not key:
         raise InvalidInput("an outbox message needs a non-empty key")
     _check_label(key, "key")
@@ -99,6 +103,7 @@ def _enqueue_steps(
         payload=_checked_payload(payload),
         run_at=run_at,
         queue=queue,
+        batch=batch,
     )
 
 
@@ -111,6 +116,7 @@ def enqueue(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    batch: str | None = None,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -120,9 +126,11 @@ def enqueue(
     (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
     field). ``run_at`` (timezone-aware) delays the message; the default is now. ``queue``
     names the bot that sends it: a relay serves the queues it is told to (``--queue``).
+    ``batch`` names the broadcast it belongs to (``outbox batch NAME`` shows its progress; a
+    batch is paused, resumed and cancelled as one); ``enqueue_many`` adds many at once.
     """
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
+        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
     )
     return Enqueued(*queries.run_sync(conn, steps))
 
@@ -136,10 +144,11 @@ async def enqueue_async(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    batch: str | None = None,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
+        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
     )
     return Enqueued(*await queries.run_async(conn, steps))
 

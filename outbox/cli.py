@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from outbox.commands import fake_telegram, fleet, maintenance, operator, relay, web
+from outbox.commands import fake_telegram, fleet, maintenance, operator, pause, relay, web
 from outbox.commands.options import (
     Commands,
     Handler,
@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
     relay.register(commands)
     operator.register(commands)
     fleet.register(commands)
+    pause.register(commands)
     maintenance.register(commands)
     web.register(commands)
     fake_telegram.register(commands)

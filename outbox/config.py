@@ -57,6 +57,9 @@ class RelayConfig:
     claim_ahead: int = DEFAULT_CLAIM_AHEAD  # claimed rows waiting for a free send slot, at most
     poll_interval: float = DEFAULT_POLL_INTERVAL
     poll_only: bool = False  # no LISTEN: for PgBouncer in transaction pooling
+    # LISTEN on a connection of its own to this URL (PostgreSQL itself), while claims and writes
+    # go through ``database_url``, then taken as a pooler's (PgBouncer): no prepared statements.
+    listen_database_url: str | None = None
     lease_seconds: float = DEFAULT_LEASE
     reap_interval: float = 60.0
     # Retention, run with the reaper: done rows after a week, sent markers after 30 days
@@ -95,6 +98,10 @@ class RelayConfig:
                 raise ConfigError(f"{name.replace('_', '-')} must be positive")
         if self.retention_seconds and self.marker_retention_seconds < self.retention_seconds:
             raise ConfigError("marker retention must be at least the retention of done rows")
+        if self.listen_database_url is not None and self.poll_only:
+            raise ConfigError(
+                "--listen-database-url is for LISTEN, which --poll-only switches off: use one"
+            )
         if self.grace_seconds < 0:
             raise ConfigError("grace period cannot be negative")
         if self.telegram_timeout <= 0:

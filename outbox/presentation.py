@@ -162,6 +162,7 @@ SHOWN_FIELDS = (
     "last_error",
     "error_code",
     "failed_at",
+    "batch",
     "created_at",
     "updated_at",
 )

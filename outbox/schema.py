@@ -41,6 +41,7 @@ KNOWN_REVISIONS = (  # oldest first
     "outbox_0002",
     "outbox_0003",
     "outbox_0004",
+    "outbox_0006",
     "outbox_0008",
 )
 

@@ -62,6 +62,7 @@ OUTBOX: tuple[Name, ...] = (
     _name("queue", "navbat", "the queue: the bot that sends it"),
     _name("error_code", "xato_turi", "why the last attempt failed, as a word (FailureCode)"),
     _name("failed_at", "xato_vaqti", "when the row went to xato"),
+    _name("batch", "partiya", "the batch (broadcast) the row belongs to, if any"),
 )
 
 # The sent marker (table yuborilgan) as a message shows it.

@@ -26,7 +26,7 @@ from alembic import op
 from outbox.migrate import revision_comment, target_schema
 
 revision = "outbox_0008"
-down_revision = "outbox_0004"
+down_revision = "outbox_0006"
 branch_labels = None
 depends_on = None
 

@@ -13,6 +13,8 @@ from collections.abc import Callable
 
 from outbox import api, queries
 from outbox import presentation as out
+from outbox import presentation_pause as pause_view
+from outbox.commands import pause
 from outbox.commands.common import complain, open_database, print_json
 from outbox.commands.options import (
     BIGINT_MAX,
@@ -121,17 +123,27 @@ def cmd_status(args: argparse.Namespace) -> int:
     with open_database(args) as engine, engine.begin() as conn:
         status = api.queue_status(conn, lease_seconds=args.lease, queue=args.queue)
         unserved = api.unserved_queues(conn)
-    if args.queue is not None:
-        unserved = {name: due for name, due in unserved.items() if name == args.queue}
+        # A paused row waits on purpose: only the lag of rows no pause holds is a problem.
+        paused, lags = pause.lag_outside_pauses(
+            conn, status, max_lag=args.max_lag, queue=args.queue
+        )
+    # A paused queue has no relay at work on purpose: that is no warning either.
+    paused_queues = {p.value for p in paused if p.scope is queries.Scope.QUEUE}
+    unserved = {
+        name: due
+        for name, due in unserved.items()
+        if name not in paused_queues and (args.queue is None or name == args.queue)
+    }
     # A warning, not a problem: the lag says whether the wait has become one (--max-lag).
     warnings = [out.unserved_line(unserved)] if unserved else []
     for warning in warnings:
         complain(f"warning: {warning}")
     problems = []
-    if status.lag_seconds > args.max_lag:
-        late = _in_queues(status, lambda figures: figures.lag_seconds > args.max_lag)
+    lag = max(lags.values(), default=0.0)
+    if lag > args.max_lag:
+        late = _named(status, [name for name, one in lags.items() if one > args.max_lag])
         problems.append(
-            f"lag {out.span(status.lag_seconds)}{late} is over --max-lag "
+            f"lag {out.span(lag)}{late} is over --max-lag "
             f"{out.span(args.max_lag)} (is a relay running?)"
         )
     if status.stuck_claims:
@@ -167,10 +179,13 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "warnings": warnings,
                 "unserved_queues": unserved,
                 "queues": out.queues_json(status.queues),
+                "paused": [pause_view.pause_json(p) for p in paused],
             }
         )
     else:
         print("\n".join(out.status_lines(status, lease=args.lease, max_lag=args.max_lag)))
+        if paused:
+            print("\n".join(pause_view.pauses_lines(paused)))
     if problems:
         raise Unhealthy("unhealthy: " + "; ".join(problems))
     return 0
@@ -179,10 +194,11 @@ def cmd_status(args: argparse.Namespace) -> int:
 def _in_queues(status: queries.QueueStatus, matches: Callable[[queries.QueueFigures], bool]) -> str:
     """Which queues a problem is in (" in queue bot2"), when the status covers several: each
     bot's relays serve their own queues, so that is where to look."""
-    if len(status.queues) < 2:
-        return ""
-    names = [name for name, figures in status.queues.items() if matches(figures)]
-    if not names:
+    return _named(status, [name for name, figures in status.queues.items() if matches(figures)])
+
+
+def _named(status: queries.QueueStatus, names: list[str]) -> str:
+    if len(status.queues) < 2 or not names:
         return ""
     return f" in queue{'s' if len(names) > 1 else ''} {', '.join(names)}"
 

@@ -166,6 +166,17 @@ def queue_name(raw: str) -> str:
         raise InvalidInput(str(err)) from None
 
 
+def direct_url(raw: str) -> str:
+    """A PostgreSQL URL of a server itself (the relay's LISTEN connection): not 'embedded',
+    which starts a server of its own."""
+    from outbox.db import normalize_url  # noqa: PLC0415 - the database layer, on demand
+
+    url = raw.strip()
+    if not url.startswith(("postgresql://", "postgres://", "postgresql+")):
+        raise InvalidInput("give a postgresql:// URL of the server the main URL's pooler uses")
+    return normalize_url(url)
+
+
 def queue_names(raw: str) -> tuple[str, ...]:
     names = tuple(name.strip() for name in raw.split(",") if name.strip())
     if not names:

@@ -23,6 +23,7 @@ from outbox.commands.options import (
     Commands,
     Parser,
     add_lease,
+    direct_url,
     duration,
     flag_bool,
     number,
@@ -54,7 +55,7 @@ from outbox.config import (
 )
 from outbox.errors import ConfigError
 from outbox.ratelimit import RateLimits
-from outbox.redact import redact
+from outbox.redact import redact, redact_url
 from outbox.retry import RetryPolicy
 from outbox.schema import DEFAULT_QUEUE
 
@@ -125,6 +126,16 @@ def _relay_flags(parser: Parser) -> None:
         nargs="?",
         const=True,
         help="no LISTEN/NOTIFY (PgBouncer transaction pooling)",
+    )
+    parser.add(
+        "--listen-database-url",
+        env="OUTBOX_LISTEN_DATABASE_URL",
+        default=None,
+        convert=direct_url,
+        metavar="URL",
+        help="LISTEN on this URL (PostgreSQL itself) while claims and writes go through "
+        "--database-url (PgBouncer in transaction pooling): wake-ups in milliseconds, not polls; "
+        "with a password, prefer the variable",
     )
     parser.add(
         "--poll-interval",
@@ -250,6 +261,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         batch_size=args.batch_size,
         claim_ahead=args.claim_ahead,
         poll_only=args.poll_only,
+        listen_database_url=args.listen_database_url,
         poll_interval=poll_interval,
         lease_seconds=args.lease,
         grace_seconds=args.grace,
@@ -279,6 +291,8 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     # refused setting is the only line.
     settings = _relay_config(args, url="")
     config = dataclasses.replace(settings, database_url=database_url(args))
+    if config.listen_database_url is not None:
+        logging.getLogger("outbox").info("LISTEN on %s", redact_url(config.listen_database_url))
     sender = TelegramSender(
         token, api_url=api_url, pool_size=config.concurrency, read_timeout=config.telegram_timeout
     )

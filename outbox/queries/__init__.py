@@ -8,6 +8,8 @@ Nothing else in the package writes SQL. The statements live here in modules by c
 * ``status``: the counts and health of ``outbox status`` and the web page;
 * ``registry``: the fleet's register of relays (heartbeats, the list, unserved queues);
 * ``operator``: reading messages, replaying failures, the web page's other queries;
+* ``pause``: the operator's pauses, and the condition the claim keeps them by;
+* ``batch``: batches (broadcasts): the bulk enqueue, a batch's progress and its cancel;
 * ``_common``: tables named per schema, the sync/async runners, the schema's own facts.
 
 Callers import from here (``from outbox import queries``; ``queries.claim_due(...)``), not
@@ -31,6 +33,7 @@ from outbox.queries._common import (
     schema_facts_sync,
 )
 from outbox.queries.app import cancel, enqueue, update_pending
+from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.maintenance import (
     Pruned,
     Reaped,
@@ -62,6 +65,7 @@ from outbox.queries.registry import (
     relay_heartbeat,
     unserved_queues,
 )
+from outbox.queries.pause import Pause, Scope, list_pauses, pause, resume, unpaused_lag
 from outbox.queries.relay import (
     ClaimedRow,
     ClaimLimits,
@@ -83,10 +87,12 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Activity",
+    "BatchProgress",
     "ClaimLimits",
     "ClaimedRow",
     "Message",
     "Outcome",
+    "Pause",
     "Pruned",
     "QueueFigures",
     "QueueStatus",
@@ -94,11 +100,14 @@ __all__ = [
     "Reaped",
     "RelayRecord",
     "ReplayResult",
+    "Scope",
     "SentMarker",
     "SyncConn",
     "announce_pause",
     "backlog",
+    "batch_progress",
     "cancel",
+    "cancel_batch",
     "cancel_by_operator",
     "claim_due",
     "claim_holder",
@@ -106,6 +115,7 @@ __all__ = [
     "count_failed",
     "count_prunable",
     "enqueue",
+    "enqueue_many",
     "ensure_bot",
     "failed_kinds",
     "finished_per_minute",
@@ -115,6 +125,8 @@ __all__ = [
     "get_message",
     "list_messages",
     "list_relays",
+    "list_pauses",
+    "pause",
     "prune",
     "queue_status",
     "queue_timing",
@@ -122,6 +134,7 @@ __all__ = [
     "record_outcomes",
     "relay_heartbeat",
     "replay",
+    "resume",
     "run_async",
     "run_sync",
     "schema_facts",
@@ -130,5 +143,6 @@ __all__ = [
     "still_claimed",
     "try_maintenance_lock",
     "unserved_queues",
+    "unpaused_lag",
     "update_pending",
 ]

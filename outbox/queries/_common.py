@@ -45,6 +45,7 @@ def _sql(template: str, schema: str) -> str:
         bot_holati=f'"{schema}".bot_holati',
         chat_navbati=f'"{schema}".chat_navbati',
         relaylar=f'"{schema}".relaylar',
+        pauza=f'"{schema}".pauza',
         notify_channel=notify_channel(schema),
         pause_channel=pause_channel(schema),
         **STATE_LITERALS,

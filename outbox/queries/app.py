@@ -19,9 +19,9 @@ from outbox.schema import DEFAULT_QUEUE
 
 _ENQUEUE = """
 WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat)
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()),
-            :navbat)
+            :navbat, CAST(:partiya AS text))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -41,6 +41,7 @@ def enqueue(
     payload: Mapping[str, Any],
     run_at: datetime | None,
     queue: str = DEFAULT_QUEUE,
+    batch: str | None = None,
 ) -> Steps:
     """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
     params = {
@@ -49,6 +50,7 @@ def enqueue(
         "payload": json.dumps(payload),
         "run_at": run_at,
         "navbat": queue,
+        "partiya": batch,
     }
     row = (yield _text(_ENQUEUE, schema), params).first()
     if row is None:

@@ -50,6 +50,7 @@ class Message:
     queue: str = DEFAULT_QUEUE  # navbat: the bot that sends it
     error_code: str | None = None  # xato_turi: a FailureCode; None before outbox_0004
     failed_at: datetime | None = None  # xato_vaqti: when it went to xato (failed rows only)
+    batch: str | None = None  # partiya: the broadcast it belongs to (outbox_0006)
 
 
 def _marker(fields: RowMapping) -> SentMarker | None:
@@ -88,6 +89,7 @@ def _message(row: Row[Any]) -> Message:
         queue=fields["queue"],
         error_code=fields["error_code"],
         failed_at=fields["failed_at"],
+        batch=fields["batch"],
     )
 
 
@@ -104,6 +106,7 @@ _FAILED_AT = "CASE WHEN o.holat = {failed} THEN coalesce(o.xato_vaqti, o.yangila
 # Payload and tarix come as text, decoded with a fallback (read_json): any row can be shown.
 _MESSAGE_COLUMNS = f"""
     {select("o", "id", "kind", "queue", "key", "state", "attempts", "last_error", "error_code",
+            "batch",
             payload="{}::text", history="{}::text", next_attempt_at=_FINITE,
             claimed_at=_FINITE, created_at=_FINITE, updated_at=_FINITE, failed_at=_FINITE)},
     {_MARKER_COLUMNS}

@@ -22,6 +22,7 @@ from psycopg.rows import RowMaker
 
 from outbox.payload import read_json
 from outbox.queries._common import AsyncConn, _sql
+from outbox.queries.pause import not_paused
 from outbox.ratelimit import MAX_FLOOD_PAUSE
 from outbox.schema import DEFAULT_BOT, DEFAULT_QUEUE
 
@@ -78,8 +79,9 @@ room AS (
            END AS n
 ),
 alone AS (
-    SELECT id, keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
+    SELECT id, keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} a
     WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
+      {not_paused_a}
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND EXISTS (SELECT 1 FROM {outbox}
                   WHERE yakka AND holat = {pending} AND keyingi_urinish <= now()
@@ -94,10 +96,12 @@ batch AS (
     SELECT o.id, o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM {outbox} o
     WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND NOT o.yakka
       AND o.navbat = %(navbat)s
-      -- A suspect of this queue due, or one this process holds (of any queue), waits alone.
-      AND NOT EXISTS (SELECT 1 FROM {outbox}
+      {not_paused_o}
+      -- A suspect of this queue due, or one this process holds (of any queue), waits alone;
+      -- a paused suspect does not hold back the queue.
+      AND NOT EXISTS (SELECT 1 FROM {outbox} s
                       WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
-                                        AND navbat = %(navbat)s)
+                                        AND navbat = %(navbat)s {not_paused_s})
                                        OR (holat = {in_progress} AND egasi = %(holder)s)))
     ORDER BY o.keyingi_urinish, o.id
     -- A plain limit, so that the planner walks the index of pending rows; the room is kept
@@ -188,6 +192,8 @@ _BUSY_CHATS = """
 @functools.cache
 def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
     template = _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
+    for alias in ("a", "o", "s"):
+        template = template.replace(f"{{not_paused_{alias}}}", not_paused(alias).strip())
     template = template.replace("{busy_chats}", _BUSY_CHATS if busy_chats else "")
     return _sql(template, schema)
 
@@ -396,6 +402,8 @@ class QueueTiming(NamedTuple):
 _QUEUE_TIMING = """
 SELECT min(greatest(d.due, extract(epoch FROM h.pauza_tugashi),
                     extract(epoch FROM h.keyingi_slot) - %(horizon)s))
+           -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
+           FILTER (WHERE d.due IS NOT NULL)
        - extract(epoch FROM now()),
        coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM now())), 0)::float8,
        coalesce(bool_or(d.first_due <= extract(epoch FROM now())), false)
@@ -405,13 +413,14 @@ CROSS JOIN LATERAL (
     SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
            AS due,
            min(extract(epoch FROM p.keyingi_urinish)) AS first_due
-    FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
-          WHERE holat = {pending} AND navbat = q.navbat
+    FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} r
+          WHERE holat = {pending} AND navbat = q.navbat {not_paused}
           ORDER BY keyingi_urinish, id LIMIT 64) p
     LEFT JOIN {chat_navbati} c ON c.bot = %(bot)s AND c.chat = p.chat
 ) d
 LEFT JOIN {bot_holati} h ON h.bot = %(bot)s
-"""
+""".replace("{not_paused}", not_paused("r", queue="q.navbat").strip())
+# Paused rows are no work: an idle relay does not wake for them, and a drain ends without them.
 
 
 async def queue_timing(

@@ -52,8 +52,9 @@ class Relay:
         self._wakeup = asyncio.Event()
         self._fatal: BaseException | None = None
         self._total = RunSummary()
-        # Poll-only is the PgBouncer mode: no server-side prepared statements there.
-        prepare = not config.poll_only
+        # Poll-only is the PgBouncer mode: no server-side prepared statements there. So is a
+        # relay that LISTENs on a direct URL of its own: its main URL is the pooler's.
+        prepare = not config.poll_only and config.listen_database_url is None
         url = config.database_url
         # One store per connection; one word in the log about the database for all of them.
         self._outage = OutageLog()
@@ -248,7 +249,8 @@ class Relay:
 
     def _listener(self) -> Listener:
         return Listener(
-            self.config.database_url,
+            # LISTEN needs a session of its own: a direct URL beside PgBouncer's, if given.
+            self.config.listen_database_url or self.config.database_url,
             schema=self.config.schema,
             bot=self.flood.bot,
             announcer=self._record_store,

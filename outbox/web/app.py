@@ -161,9 +161,19 @@ async def index(request: web.Request) -> web.StreamResponse:
             "queues": [name for name, figures in per_queue.items() if figures.counts[State.FAILED]],
             # Each card names its queue unless the outbox has only the default one (one bot).
             "with_queue": any(queue != DEFAULT_QUEUE for queue in per_queue),
+            "pauses": queries.list_pauses(conn, schema=config.schema),
         }
 
-    return render(request, "index.html", **chosen.fields(), **await _in_db(request, read))
+    did = _PAUSE_NOTICES.get(request.query.get("did", ""))
+    return render(
+        request, "index.html", notice=did, **chosen.fields(), **await _in_db(request, read)
+    )
+
+
+_PAUSE_NOTICES = {
+    "paused": "Paused: no relay claims its waiting messages until it is resumed.",
+    "resumed": "Resumed: its waiting messages are sent again.",
+}
 
 
 async def overview_part(request: web.Request) -> web.StreamResponse:
@@ -376,6 +386,9 @@ def build_app(config: WebConfig, engine: Engine) -> web.Application:
     app.router.add_route("*", "/login", login_page)
     app.router.add_post("/logout", logout)
     app.router.add_get("/static/{name}", static_file)
+    from outbox.web import pauses  # noqa: PLC0415 - it builds on this module's helpers
+
+    pauses.add_routes(app)
     return app
 
 

@@ -1,0 +1,151 @@
+"""Broadcasts and pauses from Python: enqueue many messages at once as a batch, follow a
+batch's progress, pause, resume and cancel (``outbox pause``, ``resume`` and ``batch`` call
+these).
+
+``enqueue_many`` runs in the caller's transaction and never commits, as ``enqueue`` does. The
+operator's functions also take the app's SQLAlchemy connection or session and never commit: a
+pause holds from the caller's commit on, for every relay.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
+
+from outbox import queries
+from outbox.api import REMINDER, _check_label, _checked_payload
+from outbox.errors import ConfigError, InvalidInput
+from outbox.queries import BatchProgress, Pause, Scope, SyncConn
+from outbox.queries.pause import check_batch_name
+from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
+
+if TYPE_CHECKING:
+    from outbox.queries import AsyncAppConn
+
+__all__ = [
+    "BatchProgress",
+    "Pause",
+    "Scope",
+    "batch_progress",
+    "cancel_batch",
+    "enqueue_many",
+    "enqueue_many_async",
+    "pause",
+    "pauses",
+    "resume",
+]
+
+
+def _enqueue_many_steps(
+    messages: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    kind: str,
+    run_at: datetime | None,
+    schema: str | None,
+    queue: str,
+    batch: str | None,
+) -> queries.Steps:
+    try:
+        validate_queue(queue)
+    except ConfigError as err:
+        raise InvalidInput(str(err)) from None
+    if batch is not None:
+        check_batch_name(batch)
+    if not isinstance(kind, str):
+        raise InvalidInput("an outbox message's kind must be a string")
+    _check_label(kind, "kind")
+    if run_at is not None and run_at.tzinfo is None:
+        raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
+    checked = []
+    for number, (key, payload) in enumerate(messages):
+        if not isinstance(key, str) or not key:
+            raise InvalidInput(f"message {number} of the list needs a non-empty key")
+        _check_label(key, "key")
+        checked.append((key, _checked_payload(payload)))
+    return queries.enqueue_many(
+        schema=resolve_schema(schema),
+        kind=kind,
+        messages=checked,
+        run_at=run_at,
+        queue=queue,
+        batch=batch,
+    )
+
+
+def enqueue_many(
+    conn: SyncConn,
+    messages: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    batch: str | None = None,
+    kind: str = REMINDER,
+    run_at: datetime | None = None,
+    schema: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+) -> int:
+    """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
+    commits); return how many were new (a key already in the outbox is left as it is).
+
+    Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
+    ``batch`` names the broadcast (``outbox batch NAME``). The list goes to the database as one
+    JSON document: split a list of millions into chunks of some ten thousand.
+    """
+    steps = _enqueue_many_steps(
+        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+    )
+    return int(queries.run_sync(conn, steps))
+
+
+async def enqueue_many_async(
+    conn: AsyncAppConn,
+    messages: Iterable[tuple[str, Mapping[str, Any]]],
+    *,
+    batch: str | None = None,
+    kind: str = REMINDER,
+    run_at: datetime | None = None,
+    schema: str | None = None,
+    queue: str = DEFAULT_QUEUE,
+) -> int:
+    """``enqueue_many`` for an ``AsyncSession`` or ``AsyncConnection``."""
+    steps = _enqueue_many_steps(
+        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+    )
+    return int(await queries.run_async(conn, steps))
+
+
+def _scope_value(scope: Scope, value: str) -> str:
+    if scope == Scope.QUEUE:
+        try:
+            validate_queue(value)
+        except ConfigError as err:
+            raise InvalidInput(str(err)) from None
+    return value
+
+
+def pause(conn: SyncConn, scope: Scope, value: str, *, schema: str | None = None) -> bool:
+    """Stop every relay claiming the rows of ``scope`` = ``value`` (a queue, a bot's public
+    id, a kind, a batch); the rows stay kutmoqda. False if it was paused already."""
+    return queries.pause(conn, scope, _scope_value(scope, value), schema=resolve_schema(schema))
+
+
+def resume(conn: SyncConn, scope: Scope, value: str, *, schema: str | None = None) -> bool:
+    """Lift a pause (the relays are woken at commit); False if it was not paused."""
+    return queries.resume(conn, scope, _scope_value(scope, value), schema=resolve_schema(schema))
+
+
+def pauses(conn: SyncConn, *, schema: str | None = None) -> list[Pause]:
+    """The pauses in force."""
+    return queries.list_pauses(conn, schema=resolve_schema(schema))
+
+
+def batch_progress(conn: SyncConn, name: str, *, schema: str | None = None) -> BatchProgress:
+    """Where batch ``name`` stands (``total`` 0: no such batch, or its rows are gone)."""
+    resolved = resolve_schema(schema)
+    found = queries.list_pauses(conn, schema=resolved)
+    return queries.batch_progress(conn, check_batch_name(name), found, schema=resolved)
+
+
+def cancel_batch(conn: SyncConn, name: str, *, schema: str | None = None) -> int:
+    """Move every waiting row of batch ``name`` to xato ('cancelled by operator', code
+    ``cancelled``; replayable); rows being sent now finish. Return how many were cancelled."""
+    return queries.cancel_batch(conn, check_batch_name(name), schema=resolve_schema(schema))

@@ -1,0 +1,152 @@
+"""The operator's pauses and batches: ``outbox pause``, ``resume``, ``pauses`` and ``batch``.
+
+Each parses, opens the database, calls ``outbox.broadcast`` and prints. A pause holds for every
+relay from its commit on (their claims read it) and survives restarts; ``resume`` wakes them.
+Exit codes as for the other operator commands: 0 done; 2 invalid input (or, for ``batch``, a
+batch with no rows); 3-5 the database.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from outbox import broadcast, queries
+from outbox import presentation_pause as view
+from outbox.commands.common import open_database, print_json
+from outbox.commands.options import Commands, Parser, queue_name
+from outbox.errors import InvalidInput, NotFound
+from outbox.queries import Pause, QueueStatus, Scope
+from outbox.queries.pause import check_batch_name, check_name
+from outbox.schema import current_schema
+
+__all__ = ["lag_outside_pauses", "register"]
+
+
+def _scope_of(args: argparse.Namespace) -> tuple[Scope, str]:
+    chosen = [(scope, getattr(args, scope.option)) for scope in Scope]
+    given = [(scope, value) for scope, value in chosen if value is not None]
+    if len(given) != 1:
+        raise InvalidInput("name one of --queue, --bot, --tur or --batch")
+    return given[0]
+
+
+def cmd_pause(args: argparse.Namespace) -> int:
+    scope, value = _scope_of(args)
+    with open_database(args) as engine, engine.begin() as conn:
+        new = broadcast.pause(conn, scope, value)
+    what = f"{scope.option} {value}"
+    if args.json:
+        print_json({"scope": scope.option, "value": value, "paused": True, "already": not new})
+    elif new:
+        print(f"paused {what}: no relay claims its rows until `outbox resume --{what}`")
+    else:
+        print(f"{what} was paused already")
+    return 0
+
+
+def cmd_resume(args: argparse.Namespace) -> int:
+    scope, value = _scope_of(args)
+    with open_database(args) as engine, engine.begin() as conn:
+        lifted = broadcast.resume(conn, scope, value)
+    what = f"{scope.option} {value}"
+    if args.json:
+        print_json({"scope": scope.option, "value": value, "resumed": lifted})
+    elif lifted:
+        print(f"resumed {what}: the relays claim its rows again")
+    else:
+        print(f"{what} was not paused")
+    return 0
+
+
+def cmd_pauses(args: argparse.Namespace) -> int:
+    with open_database(args) as engine, engine.begin() as conn:
+        found = broadcast.pauses(conn)
+    if args.json:
+        print_json([view.pause_json(p) for p in found])
+    elif found:
+        print("\n".join(view.pauses_lines(found)))
+    else:
+        print("nothing is paused")
+    return 0
+
+
+def cmd_batch(args: argparse.Namespace) -> int:
+    name = check_batch_name(args.name)
+    with open_database(args) as engine, engine.begin() as conn:
+        cancelled = broadcast.cancel_batch(conn, name) if args.cancel else None
+        progress = broadcast.batch_progress(conn, name)
+    if progress.total == 0:
+        raise NotFound(f"no outbox rows in batch {name!r}")
+    if args.json:
+        document = view.batch_json(progress)
+        if cancelled is not None:
+            document["cancelled_now"] = cancelled
+        print_json(document)
+        return 0
+    if cancelled is not None:
+        print(
+            f"cancelled {cancelled} waiting messages of batch {name} (xato, 'cancelled by "
+            f"operator'; `outbox replay --all-failed` or the web page sends them again); "
+            f"{progress.sending} being sent now finish"
+        )
+    print("\n".join(view.batch_lines(progress)))
+    return 0
+
+
+def lag_outside_pauses(
+    conn: queries.SyncConn, status: QueueStatus, *, max_lag: float, queue: str | None
+) -> tuple[list[Pause], dict[str, float]]:
+    """For ``outbox status``: the pauses in force, and per queue the lag that counts (a paused
+    row waits on purpose). Without a pause, or with no lag over ``max_lag``, the status's own
+    figures are the answer and nothing more is read."""
+    pauses = broadcast.pauses(conn)
+    lags = {name: figures.lag_seconds for name, figures in status.queues.items()}
+    if pauses and status.lag_seconds > max_lag:
+        lags = queries.unpaused_lag(conn, schema=current_schema(), queue=queue)
+    return pauses, lags
+
+
+def _add_scope(parser: Parser, verb: str) -> None:
+    # No environment twins: a variable left set must never pause (or resume) anything.
+    parser.add_argument(
+        "--queue", type=queue_name, default=None, metavar="QUEUE", help=f"{verb} a queue (navbat)"
+    )
+    parser.add_argument(
+        "--bot",
+        type=check_name,
+        default=None,
+        metavar="BOT_ID",
+        help=f"{verb} every queue of a bot (its public id, the token's part before ':')",
+    )
+    parser.add_argument(
+        "--tur", type=check_name, default=None, metavar="KIND", help=f"{verb} a kind of message"
+    )
+    parser.add_argument(
+        "--batch", type=check_batch_name, default=None, metavar="NAME", help=f"{verb} a batch"
+    )
+
+
+def register(commands: Commands) -> None:
+    pause = commands.add(
+        "pause",
+        cmd_pause,
+        "stop every relay claiming a queue's, bot's, kind's or batch's rows (they stay kutmoqda)",
+        json=True,
+    )
+    _add_scope(pause, "pause")
+    resume = commands.add("resume", cmd_resume, "lift a pause: the rows are sent again", json=True)
+    _add_scope(resume, "resume")
+    commands.add("pauses", cmd_pauses, "what is paused, and since when", json=True)
+    batch = commands.add(
+        "batch",
+        cmd_batch,
+        "a batch's progress: total, sent, failed, waiting, paused, rate, expected end",
+        json=True,
+    )
+    batch.add_argument("name", metavar="NAME", help="the batch (enqueue(..., batch=NAME))")
+    # No environment twin, as for replay --all-failed.
+    batch.add_argument(
+        "--cancel",
+        action="store_true",
+        help="cancel every waiting row of the batch (xato 'cancelled by operator', replayable)",
+    )

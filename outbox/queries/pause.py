@@ -1,0 +1,157 @@
+"""Pauses an operator sets: a queue, a bot, a kind of message (tur) or a batch stops being
+claimed by every relay until it is resumed.
+
+A pause is a row of ``pauza`` (outbox_0006), so it holds for the whole fleet from its commit
+on and a restart cannot undo it; the paused rows stay ``kutmoqda``. The claim and the relay's
+timing read it through :func:`not_paused` (a condition on the rows, applied before the claim's
+LIMIT, so paused rows never fill a claim nor hold back the others); the operator's commands and
+the web page write it through SQLAlchemy on a sync connection or session.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+from enum import StrEnum
+
+from outbox.errors import InvalidInput
+from outbox.queries._common import SyncConn, _execute
+
+__all__ = [
+    "Pause",
+    "Scope",
+    "check_batch_name",
+    "check_name",
+    "list_pauses",
+    "not_paused",
+    "pause",
+    "resume",
+    "unpaused_lag",
+]
+
+
+class Scope(StrEnum):
+    """What a pause matches, spelled as ``pauza.doira`` holds it (the column it matches)."""
+
+    QUEUE = "navbat"
+    BOT = "bot"  # every queue served with this bot's token (the public bot id)
+    KIND = "tur"
+    BATCH = "partiya"
+
+    @property
+    def option(self) -> str:
+        """The command line's and the web page's word for it."""
+        return _OPTIONS[self]
+
+    @classmethod
+    def from_option(cls, word: str) -> Scope:
+        for scope, option in _OPTIONS.items():
+            if word in (option, scope.value):
+                return scope
+        raise InvalidInput(f"unknown pause scope {word!r}: use queue, bot, tur or batch")
+
+
+_OPTIONS = {Scope.QUEUE: "queue", Scope.BOT: "bot", Scope.KIND: "tur", Scope.BATCH: "batch"}
+MAX_VALUE_LENGTH = 200  # the table's check says the same
+
+
+@dataclass(frozen=True, slots=True)
+class Pause:
+    scope: Scope
+    value: str
+    since: datetime
+
+
+# The claim's condition (relay statements, ``%(name)s`` parameters): the queue and the bot are
+# the claim's own, so their pause is one question per statement (the planner runs it once and
+# skips the scan); a row's kind and batch are asked about only while some kind or batch is
+# paused, so that the common case, nothing paused, costs one probe of an empty table.
+_NOT_PAUSED = """
+      AND NOT EXISTS (SELECT 1 FROM {pauza}
+                      WHERE (doira = 'navbat' AND qiymat = {queue})
+                         OR (doira = 'bot' AND qiymat = %(bot)s))
+      AND (NOT EXISTS (SELECT 1 FROM {pauza} WHERE doira IN ('tur', 'partiya'))
+           OR NOT EXISTS (SELECT 1 FROM {pauza} p
+                          WHERE (p.doira = 'tur' AND p.qiymat = {row}.tur)
+                             OR (p.doira = 'partiya' AND p.qiymat = {row}.partiya)))
+"""
+
+
+def not_paused(row: str, *, queue: str = "%(navbat)s") -> str:
+    """The condition that the row ``row`` (an alias of the outbox table) is not paused, for a
+    relay statement with the ``%(bot)s`` parameter; ``queue`` is the row's queue as the
+    statement knows it. Tables are left as ``{pauza}`` for ``_sql`` to name."""
+    return _NOT_PAUSED.replace("{row}", row).replace("{queue}", queue)
+
+
+# --- the operator's side ---------------------------------------------------------------------
+
+_PAUSE = """
+INSERT INTO {pauza} (doira, qiymat) VALUES (:doira, :qiymat)
+ON CONFLICT (doira, qiymat) DO NOTHING
+RETURNING yaratilgan
+"""
+
+# A resume wakes every listening relay: the rows it frees may be due already, and an idle
+# relay would otherwise find them at its next poll.
+_RESUME = """
+WITH gone AS (DELETE FROM {pauza} WHERE doira = :doira AND qiymat = :qiymat RETURNING 1)
+SELECT true FROM gone, pg_notify('{notify_channel}', '') AS woken
+"""
+
+_LIST_PAUSES = "SELECT doira, qiymat, yaratilgan FROM {pauza} ORDER BY doira, qiymat"
+
+
+def check_name(value: str, what: str = "a pause") -> str:
+    """A pause's or a batch's name as the table takes it, or one clear error."""
+    if not isinstance(value, str) or not 0 < len(value) <= MAX_VALUE_LENGTH:
+        raise InvalidInput(f"{what} needs a name of 1 to {MAX_VALUE_LENGTH} characters")
+    if not value.isprintable():
+        raise InvalidInput(f"{what}'s name may not hold control characters")
+    return value
+
+
+def check_batch_name(value: str) -> str:
+    return check_name(value, "a batch")
+
+
+def pause(conn: SyncConn, scope: Scope, value: str, *, schema: str) -> bool:
+    """Pause ``scope`` = ``value`` for every relay; False if it was paused already."""
+    params = {"doira": scope.value, "qiymat": check_name(value)}
+    return _execute(conn, schema, _PAUSE, params).first() is not None
+
+
+def resume(conn: SyncConn, scope: Scope, value: str, *, schema: str) -> bool:
+    """Lift the pause of ``scope`` = ``value``; False if it was not paused."""
+    params = {"doira": scope.value, "qiymat": check_name(value)}
+    return _execute(conn, schema, _RESUME, params).first() is not None
+
+
+def list_pauses(conn: SyncConn, *, schema: str) -> list[Pause]:
+    """Every pause in force, by scope and name."""
+    return [
+        Pause(Scope(scope), str(value), since)
+        for scope, value, since in _execute(conn, schema, _LIST_PAUSES)
+    ]
+
+
+# The age of the oldest due row that no pause holds, per queue: what `outbox status` calls lag
+# while something is paused (a paused queue's rows wait on purpose). Run only then.
+_UNPAUSED_LAG = """
+SELECT o.navbat, extract(epoch FROM now() - min(o.keyingi_urinish))::float8
+FROM {outbox} o
+WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND o.keyingi_urinish > '-infinity'
+  AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
+  AND NOT EXISTS (SELECT 1 FROM {pauza} p
+                  WHERE (p.doira = 'navbat' AND p.qiymat = o.navbat)
+                     OR (p.doira = 'tur' AND p.qiymat = o.tur)
+                     OR (p.doira = 'partiya' AND p.qiymat = o.partiya))
+GROUP BY o.navbat
+"""
+
+
+def unpaused_lag(conn: SyncConn, *, schema: str, queue: str | None = None) -> dict[str, float]:
+    """Per queue, the seconds the oldest due row that no pause holds has waited (queues with
+    none are left out)."""
+    rows = _execute(conn, schema, _UNPAUSED_LAG, {"navbat": queue})
+    return {str(name): max(float(lag), 0.0) for name, lag in rows}

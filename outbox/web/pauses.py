@@ -1,0 +1,124 @@
+"""The page's pauses and batches: pause or resume a queue, a bot, a kind or a batch; a batch's
+progress; cancel a whole batch.
+
+Every action is a POST through ``gate`` (sign-in, origin, form token), as replay and cancel
+are: pause and resume ask in the browser first (``data-confirm``, as cancel does); cancelling a
+batch asks on a page of its own first (as a forced replay does), since it withdraws many
+messages at once.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from aiohttp import web
+from sqlalchemy import Connection
+
+from outbox import presentation_pause as view
+from outbox import queries
+from outbox.errors import ConfigError, InvalidInput, NotFound
+from outbox.queries import Scope
+from outbox.queries.pause import check_batch_name, check_name
+from outbox.schema import validate_queue
+from outbox.web import inputs
+from outbox.web.app import _in_db
+from outbox.web.base import CONFIG, render
+from outbox.web.gate import read_form
+
+__all__ = ["add_routes"]
+
+log = logging.getLogger("outbox.web")
+
+_DONE = {"paused": "Paused", "resumed": "Resumed"}
+
+
+def _scope_and_value(form: Any) -> tuple[Scope, str]:
+    scope = Scope.from_option(inputs.field(form, "scope", "pause scope"))
+    value = inputs.field(form, "value", "name")
+    if scope == Scope.QUEUE:
+        try:
+            validate_queue(value)
+        except ConfigError as err:
+            raise InvalidInput(str(err)) from None
+    return scope, check_name(value, "a pause")
+
+
+def _back(form: Any, did: str) -> str:
+    """Where to go after an action: the batch's page for a batch, else the front page."""
+    if inputs.field(form, "scope", "pause scope") == "batch":
+        name = inputs.field(form, "value", "name")
+        return f"{_batch_path(name)}?did={did}"
+    return f"/?did={did}"
+
+
+async def pause_scope(request: web.Request) -> web.StreamResponse:
+    config = request.app[CONFIG]
+    form = await read_form(request)
+    scope, value = _scope_and_value(form)
+    await _in_db(request, lambda conn: queries.pause(conn, scope, value, schema=config.schema))
+    log.info("web: paused %s %s", scope.option, value)
+    raise web.HTTPSeeOther(_back(form, "paused"))
+
+
+async def resume_scope(request: web.Request) -> web.StreamResponse:
+    config = request.app[CONFIG]
+    form = await read_form(request)
+    scope, value = _scope_and_value(form)
+    await _in_db(request, lambda conn: queries.resume(conn, scope, value, schema=config.schema))
+    log.info("web: resumed %s %s", scope.option, value)
+    raise web.HTTPSeeOther(_back(form, "resumed"))
+
+
+def _batch_path(name: str) -> str:
+    return f"/batches/{quote(name, safe='')}"
+
+
+def _batch_name(request: web.Request) -> str:
+    return check_batch_name(inputs.field(request.match_info, "name", "batch"))
+
+
+def _progress(conn: Connection, name: str, schema: str) -> queries.BatchProgress:
+    pauses = queries.list_pauses(conn, schema=schema)
+    return queries.batch_progress(conn, name, pauses, schema=schema)
+
+
+async def batch_page(request: web.Request) -> web.StreamResponse:
+    config = request.app[CONFIG]
+    name = _batch_name(request)
+    progress = await _in_db(request, lambda conn: _progress(conn, name, config.schema))
+    if progress.total == 0:
+        raise NotFound(f"no outbox rows in batch {name!r}")
+    did = request.query.get("did", "")
+    return render(
+        request,
+        "batch.html",
+        b=progress,
+        lines=view.batch_lines(progress),
+        paused=any(p.scope == Scope.BATCH and p.value == name for p in progress.paused_by),
+        notice=_DONE.get(did) and f"{_DONE[did]} batch {name}.",
+        cancelled=request.query.get("cancelled"),
+    )
+
+
+async def cancel_batch(request: web.Request) -> web.StreamResponse:
+    """Two steps: the first shows what would be cancelled; the confirmation cancels it."""
+    config = request.app[CONFIG]
+    name = _batch_name(request)
+    form = await read_form(request)
+    if form.get("confirmed") != "1":
+        progress = await _in_db(request, lambda conn: _progress(conn, name, config.schema))
+        return render(request, "confirm_batch_cancel.html", b=progress)
+    cancelled = await _in_db(
+        request, lambda conn: queries.cancel_batch(conn, name, schema=config.schema)
+    )
+    log.info("web: cancelled %d waiting messages of batch %s", cancelled, name)
+    raise web.HTTPSeeOther(f"{_batch_path(name)}?{urlencode({'cancelled': cancelled})}")
+
+
+def add_routes(app: web.Application) -> None:
+    app.router.add_post("/pause", pause_scope)
+    app.router.add_post("/resume", resume_scope)
+    app.router.add_get("/batches/{name}", batch_page)
+    app.router.add_post("/batches/{name}/cancel", cancel_batch)
