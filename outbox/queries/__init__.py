@@ -57,6 +57,7 @@ from outbox.queries.operator import (
     replay,
     search_messages,
 )
+from outbox.queries.pause import Pause, Scope, list_pauses, pause, resume, unpaused_lag
 from outbox.queries.registry import (
     RelayRecord,
     forget_gone_relays,
@@ -65,7 +66,6 @@ from outbox.queries.registry import (
     relay_heartbeat,
     unserved_queues,
 )
-from outbox.queries.pause import Pause, Scope, list_pauses, pause, resume, unpaused_lag
 from outbox.queries.relay import (
     ClaimedRow,
     ClaimLimits,
@@ -124,8 +124,8 @@ __all__ = [
     "forget_relay",
     "get_message",
     "list_messages",
-    "list_relays",
     "list_pauses",
+    "list_relays",
     "pause",
     "prune",
     "queue_status",
@@ -142,7 +142,7 @@ __all__ = [
     "search_messages",
     "still_claimed",
     "try_maintenance_lock",
-    "unserved_queues",
     "unpaused_lag",
+    "unserved_queues",
     "update_pending",
 ]
