@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox import queries
 from outbox.errors import ConfigError, InvalidInput, InvalidPayload
-from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, send_message_args
+from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, request_of
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 from outbox.states import State
@@ -51,7 +51,7 @@ class Enqueued:
 def _checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     """The relay's own payload check, run now so that a mistake fails the app's request."""
     try:
-        send_message_args(payload)
+        request_of(payload)
     except MalformedPayload as err:
         raise InvalidPayload(f"outbox payload refused: {err}") from None
     return dict(payload)

@@ -58,6 +58,7 @@ class Booking(NamedTuple):
     chat_id: int | str
     start: float  # when the message may go
     chat_before: float | None  # the chat's next free moment before this booking
+    weight: int = 1  # messages Telegram counts for it (an album of N: N)
 
 
 @dataclass
@@ -83,12 +84,14 @@ class RateLimiter:
         """Book the next turn of ``chat_id``; return how long to wait before sending."""
         return self.book(chat_id, now, after=after).start - now
 
-    def book(self, chat_id: int | str, now: float, *, after: float = 0.0) -> Booking:
-        """Book the next turn of ``chat_id`` not before ``after``; the booking says when the
-        message may go."""
+    def book(
+        self, chat_id: int | str, now: float, *, after: float = 0.0, weight: int = 1
+    ) -> Booking:
+        """Book the next turn of ``chat_id`` not before ``after`` for ``weight`` messages (an
+        album's items each count); the booking says when the request may go."""
         start = self._earliest(chat_id, now, after)
         chat_before = self._chat_next.get(chat_id)
-        chat_interval = self._chat_interval(chat_id)
+        chat_interval = self._chat_interval(chat_id) * weight
         if chat_interval:
             self._chat_next[chat_id] = start + chat_interval
         if len(self._chat_next) > self._prune_at:
@@ -96,13 +99,13 @@ class RateLimiter:
             # Chats still inside their interval stay; look again only once the map has doubled,
             # so that a busy broadcast does not rescan the whole map on every message.
             self._prune_at = max(_PRUNE_AT, 2 * len(self._chat_next))
-        return Booking(chat_id, start, chat_before)
+        return Booking(chat_id, start, chat_before, weight)
 
     def cancel(self, booking: Booking) -> None:
         """Give back a booking that will not be used (flood control began, the row was
         withdrawn): its chat's spacing is as before, unless a later booking of the chat has
         moved it on since."""
-        interval = self._chat_interval(booking.chat_id)
+        interval = self._chat_interval(booking.chat_id) * booking.weight
         if interval and self._chat_next.get(booking.chat_id) == booking.start + interval:
             if booking.chat_before is None:
                 del self._chat_next[booking.chat_id]

@@ -40,6 +40,11 @@ class ClaimedRow(NamedTuple):
     claimed_at: datetime  # band_vaqti of this claim: with attempts, the fencing token
     wait: float = 0.0  # seconds from the claim until the row's reserved send slot
     queue: str = DEFAULT_QUEUE
+    # A follow-up's original (payload.message_key): its sent marker as decoded JSON
+    # [chat_id, message_id, message_ids or null], and its state (with its failure code) when
+    # it has no marker; both None for every other row.
+    original: Any = None
+    original_state: str | None = None
 
 
 class ClaimLimits(NamedTuple):
@@ -78,7 +83,7 @@ room AS (
            END AS n
 ),
 alone AS (
-    SELECT id, keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
+    SELECT id, keyingi_urinish, {chat} AS chat, {weight} AS w FROM {outbox} o
     WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND EXISTS (SELECT 1 FROM {outbox}
@@ -91,9 +96,14 @@ alone AS (
     FOR UPDATE SKIP LOCKED
 ),
 batch AS (
-    SELECT o.id, o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM {outbox} o
+    SELECT o.id, o.keyingi_urinish, {chat} AS chat, {weight} AS w
+    FROM {outbox} o
     WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND NOT o.yakka
       AND o.navbat = %(navbat)s
+      -- A follow-up (message_key) waits while its original is still to be sent.
+      AND (NOT o.payload ? 'message_key'
+           OR NOT EXISTS (SELECT 1 FROM {outbox} w WHERE w.kalit = o.payload ->> 'message_key'
+                          AND w.holat IN ({pending}, {in_progress})))
       -- A suspect of this queue due, or one this process holds (of any queue), waits alone.
       AND NOT EXISTS (SELECT 1 FROM {outbox}
                       WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
@@ -111,12 +121,13 @@ found AS (
     {busy_chats}
 ),
 slotted AS (
-    -- One message per chat per claim; each takes the next send slot of the bot.
-    SELECT id, chat, row_number() OVER (ORDER BY keyingi_urinish, id) - 1 AS slot
+    -- One message per chat per claim; each takes the next send slot of the bot (an album
+    -- takes one slot per item: Telegram counts each).
+    SELECT id, chat, w, sum(w) OVER (ORDER BY keyingi_urinish, id) - w AS slot
     FROM found WHERE in_chat = 1 OR chat IS NULL OR NOT %(chat_on)s
 ),
 timed AS (
-    SELECT id, chat,
+    SELECT id, chat, w,
            coalesce((SELECT base FROM q), clock_timestamp()) + CASE WHEN %(rate)s > 0
                THEN make_interval(secs => slot / %(rate)s) ELSE interval '0' END AS send_at
     FROM slotted WHERE slot < (SELECT n FROM room)
@@ -140,7 +151,7 @@ taken AS (
 bump AS (
     UPDATE {bot_holati} h
     SET keyingi_slot = (SELECT base FROM q)
-                       + make_interval(secs => (SELECT count(*) FROM timed) / %(rate)s)
+                       + make_interval(secs => (SELECT sum(w) FROM timed) / %(rate)s)
     WHERE h.bot = %(bot)s AND %(rate)s > 0 AND EXISTS (SELECT 1 FROM timed)
 )
 UPDATE {outbox} o
@@ -151,8 +162,24 @@ WHERE o.id = t.id
 RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
           o.urinish AS attempts, o.band_vaqti AS claimed_at, o.navbat AS queue,
           (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL AS already_sent,
-          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait
+          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT json_build_array(y.chat_id, y.message_id, y.message_ids)::text
+               FROM {yuborilgan} y WHERE y.kalit = o.payload ->> 'message_key') END AS original,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT w.holat || coalesce(':' || w.xato_turi, '') FROM {outbox} w
+               WHERE w.kalit = o.payload ->> 'message_key') END AS original_state
 """
+# The chat a row goes to; a follow-up's is its original's (edits share the chat's limits). The
+# marker is looked up only for a row without chat_id.
+_CHAT = """coalesce(o.payload ->> 'chat_id',
+                  (SELECT y.chat_id::text FROM {yuborilgan} y
+                   WHERE y.kalit = o.payload ->> 'message_key'))"""
+# The messages a row counts as against the limits: an album's items (outbox.payload_methods
+# refuses more than 10; anything else written by hand counts as one).
+_WEIGHT = """CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
+                AND lower(o.payload ->> 'method') = 'sendmediagroup'
+           THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10) ELSE 1 END"""
 # Send slots are reserved in the claim itself: no extra round trip. Each claimed row comes back
 # with the seconds until its slot; a slot taken by a row that is not sent stays unused (the
 # bot sends a little less, never more). A relay that dies holding slots holds back the others
@@ -189,6 +216,7 @@ _BUSY_CHATS = """
 def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
     template = _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
     template = template.replace("{busy_chats}", _BUSY_CHATS if busy_chats else "")
+    template = template.replace("{weight}", _WEIGHT).replace("{chat}", _CHAT)
     return _sql(template, schema)
 
 
@@ -235,7 +263,10 @@ def _claimed_rows(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[ClaimedRow]:
 
     def make(values: Sequence[Any]) -> ClaimedRow:
         r = pick(values)
-        return _make_claimed((*r[:_PAYLOAD], read_json(r[_PAYLOAD]), *r[_PAYLOAD + 1 :]))
+        row = _make_claimed((*r[:_PAYLOAD], read_json(r[_PAYLOAD]), *r[_PAYLOAD + 1 :]))
+        if row.original is not None:
+            row = row._replace(original=read_json(row.original))
+        return row
 
     return make
 
@@ -269,6 +300,7 @@ class Outcome(NamedTuple):
     # The claim's band_vaqti. urinish alone can repeat (a replay resets it, a release refunds
     # it); the claim time cannot, so a stale relay's write never matches a newer claim.
     claimed_at: datetime | None = None
+    message_ids: tuple[int, ...] = ()  # an album's messages, for its marker
 
     @classmethod
     def for_row(cls, row: ClaimedRow, state: str, **details: Any) -> Outcome:
@@ -284,11 +316,11 @@ WITH r AS (
     SELECT * FROM json_to_recordset(%(batch)s::json)
         AS r(id bigint, urinish int, holat text, delay float8, xato text, xato_turi text,
              refund bool, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
-             band_vaqti timestamptz)
+             band_vaqti timestamptz, message_ids bigint[])
 ),
 markers AS (
-    INSERT INTO {yuborilgan} (kalit, chat_id, message_id)
-    SELECT kalit, chat_id, message_id FROM r WHERE message_id IS NOT NULL
+    INSERT INTO {yuborilgan} (kalit, chat_id, message_id, message_ids)
+    SELECT kalit, chat_id, message_id, message_ids FROM r WHERE message_id IS NOT NULL
     ON CONFLICT (kalit) DO NOTHING
 )
 UPDATE {outbox} o
@@ -343,6 +375,8 @@ def _outcome_fields(o: Outcome) -> dict[str, Any]:
         fields["kalit"] = o.key
     if o.message_id is not None:
         fields.update(chat_id=o.chat_id, message_id=o.message_id)
+        if o.message_ids:
+            fields["message_ids"] = o.message_ids
     if o.new_chat_id is not None:
         fields["new_chat_id"] = o.new_chat_id
     if o.claimed_at is not None:
