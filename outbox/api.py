@@ -169,6 +169,13 @@ async def cancel_async(
     return int(await queries.run_async(conn, steps))
 
 
+def sent_keys(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None) -> list[str]:
+    """Which of ``keys`` name messages the outbox sent, in the caller's transaction: those a
+    follow-up (``"message_key"``: an edit, a delete) can act on."""
+    steps = queries.sent_keys(schema=resolve_schema(schema), keys=_keys(keys))
+    return list(queries.run_sync(conn, steps))
+
+
 def update_pending(
     conn: SyncConn, key: str, payload: Mapping[str, Any], *, schema: str | None = None
 ) -> bool:

@@ -156,7 +156,7 @@ def test_each_follow_up_acts_on_the_sent_message_named_by_its_key(
     _drain(db_url, fake_telegram)
     note = _marker(engine, "note")[1]
     pic = _marker(engine, "pic")[1]
-    follow_ups = {
+    follow_ups: dict[str, dict[str, Any]] = {
         "edit-text": {"method": "editMessageText", "message_key": "note", "text": "Yangi",
                       "reply_markup": keyboard},
         "edit-caption": {"method": "editMessageCaption", "message_key": "pic",
@@ -257,7 +257,7 @@ def test_a_delete_past_the_48_hours_ends_xato_saying_why(
     assert "48 hours" in str(error)
 
 
-BAD_ROWS = {
+BAD_ROWS: dict[str, tuple[dict[str, Any], str]] = {
     "local-path": ({"method": "sendPhoto", "chat_id": 40, "photo": "/etc/passwd"}, "photo"),
     "relative-path": ({"method": "sendDocument", "chat_id": 40, "document": "pyproject.toml"},
                       "document"),

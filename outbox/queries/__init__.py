@@ -29,7 +29,7 @@ from outbox.queries._common import (
     schema_facts,
     schema_facts_sync,
 )
-from outbox.queries.app import cancel, enqueue, update_pending
+from outbox.queries.app import cancel, enqueue, sent_keys, update_pending
 from outbox.queries.maintenance import (
     Pruned,
     Reaped,
@@ -113,6 +113,7 @@ __all__ = [
     "schema_facts",
     "schema_facts_sync",
     "search_messages",
+    "sent_keys",
     "still_claimed",
     "try_maintenance_lock",
     "update_pending",

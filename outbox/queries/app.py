@@ -89,3 +89,16 @@ def update_pending(*, schema: str, key: str, payload: Mapping[str, Any]) -> Step
     params = {"kalit": key, "payload": json.dumps(payload)}
     result = yield _text(_UPDATE_PENDING, schema), params
     return bool(result.rowcount)
+
+
+# A message the outbox sent has a sent marker: a follow-up (an edit, a delete) can act on it.
+_SENT_KEYS = "SELECT kalit FROM {yuborilgan} WHERE kalit = ANY(CAST(:keys AS text[]))"
+
+
+def sent_keys(*, schema: str, keys: Sequence[str]) -> Steps:
+    """Which of ``keys`` name a message the outbox sent (its sent marker exists)."""
+    if not keys:
+        return []
+    result = yield _text(_SENT_KEYS, schema), {"keys": list(keys)}
+    found = {str(key) for key in result.scalars()}
+    return [key for key in keys if key in found]
