@@ -10,10 +10,13 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from outbox import api
+from outbox import api, presentation
 from outbox.errors import InvalidPayload
 from outbox.retry import RetryPolicy
 from outbox.states import State
+from outbox.vocabulary import label
+from outbox.web import views
+from outbox.web.base import templates
 from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import make_relay
 
@@ -320,3 +323,57 @@ def test_telegram_refusing_a_file_is_permanent_and_a_fetch_failure_is_retried(
     assert state == State.FAILED and code == "bad_media"
     assert _state(engine, "slow-source")[0] == State.DONE  # the second attempt went through
     assert len([r for r in fake_telegram.requests if r.chat_id == 42]) == 2
+
+
+def test_list_show_and_json_name_the_method_and_a_follow_ups_original(
+    engine: sa.Engine,
+) -> None:
+    _enqueue(engine, "pic", {"method": "sendPhoto", "chat_id": 43, "photo": PHOTO_URL,
+                             "caption": "Chek"})  # fmt: skip
+    _enqueue(engine, "pic-gone", {"method": "deleteMessage", "message_key": "pic"})
+    _enqueue(engine, "plain", {"chat_id": 43, "text": "Salom"})
+    with engine.connect() as conn:
+        found = {m.key: m for m in api.list_messages(conn, limit=10)}
+    pic, gone, plain = found["pic"], found["pic-gone"], found["plain"]
+    assert (pic.method, pic.original) == ("sendPhoto", None)
+    assert (gone.method, gone.original) == ("deleteMessage", "pic")
+    assert (plain.method, plain.original) == ("sendMessage", None)
+    shown = presentation.message_json(gone)
+    assert shown["method"] == "deleteMessage" and shown["message_key"] == "pic"
+    assert presentation.message_json(plain)["method"] == "sendMessage"
+    lines = presentation.message_lines(gone)
+    assert any(line.split() == ["message_key", "pic"] for line in lines)
+    table = "\n".join(presentation.messages_table(list(found.values())))
+    assert "deleteMessage -> pic" in table and "sendPhoto" in table
+    # The web page: the message's page and the list show the same.
+    env = templates()
+    page = env.get_template("_message.html").render(m=gone, csrf="x", label=label)
+    assert 'data-field="method">deleteMessage<' in page
+    assert 'data-field="message_key"' in page and ">pic<" in page
+    assert views.text_of(pic) == "Chek" and views.chat_of(gone) == "(the chat of pic)"
+
+
+def test_replay_of_a_follow_up_checks_its_original_again(
+    db_url: str, engine: sa.Engine, fake_telegram: FakeTelegram
+) -> None:
+    fake_telegram.script(44, Fault.server_error(), times=3)
+    original = _enqueue(engine, "flaky", {"chat_id": 44, "text": "Salom"})
+    edit = _enqueue(engine, "flaky-edit", {"method": "editMessageText", "message_key": "flaky",
+                                           "text": "Yangi"})  # fmt: skip
+    _drain(db_url, fake_telegram)
+    assert _state(engine, "flaky")[0] == State.FAILED
+    assert _state(engine, "flaky-edit")[2] == "original_failed"
+    # Alone, the follow-up would fail again at once: refused, saying why.
+    with engine.begin() as conn:
+        (alone,) = api.replay(conn, [edit])
+    assert not alone.replayed and alone.original == "flaky"
+    refusal = presentation.replay_refusal(alone)
+    assert "'flaky', which was never sent (xato)" in refusal
+    # With its original, both go back, and the relay applies them in order.
+    with engine.begin() as conn:
+        results = api.replay(conn, [edit, original])
+    assert all(r.replayed for r in results)
+    _drain(db_url, fake_telegram)
+    assert _state(engine, "flaky")[0] == State.DONE
+    assert _state(engine, "flaky-edit")[0] == State.DONE
+    assert fake_telegram.edits[-1].text == "Yangi"

@@ -29,9 +29,7 @@ def _drain(db_url: str, fake: FakeTelegram) -> None:
 
 
 @pytest.fixture
-def sent_reminder(
-    db_url: str, engine: sa.Engine, fake_telegram: FakeTelegram
-) -> tuple[int, int]:
+def sent_reminder(db_url: str, engine: sa.Engine, fake_telegram: FakeTelegram) -> tuple[int, int]:
     """A task whose reminder went out (its moment had passed): (task id, Telegram message id)."""
     due = datetime.now(UTC).replace(microsecond=0) + timedelta(minutes=30)
     with Session(engine, expire_on_commit=False) as session, session.begin():
