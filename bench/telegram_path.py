@@ -102,11 +102,11 @@ def relay_rate(server: Server, fake: FakeBotApi, messages: int) -> float:
 _FILL_MIXED = """
 INSERT INTO outbox (tur, kalit, payload)
 SELECT 'eslatma', 'mix-' || n, CASE
-    WHEN n % 10 < 4 THEN jsonb_build_object('chat_id', %(chat_base)s + n,
+    WHEN n %% 10 < 4 THEN jsonb_build_object('chat_id', %(chat_base)s + n,
                                             'text', 'Eslatma: vazifa #' || n)
-    WHEN n % 10 < 6 THEN jsonb_build_object('method', 'sendPhoto', 'chat_id', %(chat_base)s + n,
+    WHEN n %% 10 < 6 THEN jsonb_build_object('method', 'sendPhoto', 'chat_id', %(chat_base)s + n,
         'photo', 'https://cdn.example.com/receipts/' || n || '.jpg', 'caption', 'Chek #' || n)
-    WHEN n % 10 = 6 THEN jsonb_build_object('method', 'sendMediaGroup',
+    WHEN n %% 10 = 6 THEN jsonb_build_object('method', 'sendMediaGroup',
         'chat_id', %(chat_base)s + n, 'media', (
             SELECT jsonb_agg(jsonb_build_object('type', 'photo',
                 'media', 'https://cdn.example.com/items/' || n || '-' || k || '.jpg'))

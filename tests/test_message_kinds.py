@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -377,3 +378,23 @@ def test_replay_of_a_follow_up_checks_its_original_again(
     assert _state(engine, "flaky")[0] == State.DONE
     assert _state(engine, "flaky-edit")[0] == State.DONE
     assert fake_telegram.edits[-1].text == "Yangi"
+
+
+def test_a_follow_up_of_a_message_due_later_is_due_with_it_and_a_drain_ends(
+    db_url: str, engine: sa.Engine, fake_telegram: FakeTelegram
+) -> None:
+    later = datetime.now(UTC) + timedelta(hours=2)
+    with engine.begin() as conn:
+        api.enqueue(conn, key="tomorrow", payload={"chat_id": 45, "text": "x"}, run_at=later)
+        api.enqueue(
+            conn,
+            key="tomorrow-edit",
+            payload={"method": "editMessageText", "message_key": "tomorrow", "text": "y"},
+        )
+    with engine.connect() as conn:
+        due: dict[str, datetime] = dict(
+            conn.execute(sa.text("SELECT kalit, keyingi_urinish FROM outbox")).all()
+        )
+    assert due["tomorrow-edit"] == due["tomorrow"]
+    _drain(db_url, fake_telegram)  # ends: nothing is due before the original
+    assert [r.method for r in fake_telegram.requests if r.method != "getMe"] == []

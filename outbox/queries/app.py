@@ -20,7 +20,13 @@ from outbox.schema import DEFAULT_QUEUE
 _ENQUEUE = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat)
-    VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()),
+    VALUES (:tur, :kalit, CAST(:payload AS jsonb),
+            -- A follow-up is due no sooner than its original, if that still waits.
+            greatest(coalesce(CAST(:run_at AS timestamptz), now()),
+                     CASE WHEN CAST(:payload AS jsonb) ? 'message_key' THEN
+                         (SELECT w.keyingi_urinish FROM {outbox} w
+                          WHERE w.kalit = CAST(:payload AS jsonb) ->> 'message_key'
+                            AND w.holat = {pending}) END),
             :navbat)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
@@ -30,6 +36,8 @@ UNION ALL
 SELECT id, false FROM {outbox} WHERE kalit = :kalit AND NOT EXISTS (SELECT 1 FROM inserted)
 """
 
+# A claim takes a follow-up only once its original is done (queries.relay); due no sooner than
+# the original, it does not keep relays asking (or a drain waiting) meanwhile.
 _FIND_BY_KEY = "SELECT id FROM {outbox} WHERE kalit = :kalit"
 
 
