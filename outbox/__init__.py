@@ -13,6 +13,7 @@ from outbox.api import (
     list_messages,
     queue_status,
     replay,
+    sent_keys,
     update_pending,
     update_pending_async,
 )
@@ -39,6 +40,7 @@ __all__ = [
     "list_messages",
     "queue_status",
     "replay",
+    "sent_keys",
     "update_pending",
     "update_pending_async",
 ]

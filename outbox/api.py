@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox import queries
 from outbox.errors import ConfigError, InvalidInput, InvalidPayload
-from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, send_message_args
+from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, request_of
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
@@ -54,7 +54,7 @@ class Enqueued:
 def _checked_payload(payload: Mapping[str, Any]) -> dict[str, Any]:
     """The relay's own payload check, run now so that a mistake fails the app's request."""
     try:
-        send_message_args(payload)
+        request_of(payload)
     except MalformedPayload as err:
         raise InvalidPayload(f"outbox payload refused: {err}") from None
     return dict(payload)
@@ -178,6 +178,13 @@ async def cancel_async(
     """``cancel`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
     return int(await queries.run_async(conn, steps))
+
+
+def sent_keys(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None) -> list[str]:
+    """Which of ``keys`` name messages the outbox sent, in the caller's transaction: those a
+    follow-up (``"message_key"``: an edit, a delete) can act on."""
+    steps = queries.sent_keys(schema=resolve_schema(schema), keys=_keys(keys))
+    return list(queries.run_sync(conn, steps))
 
 
 def update_pending(

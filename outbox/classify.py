@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import re
 import warnings
 from dataclasses import dataclass
 
@@ -28,6 +29,7 @@ class FailureKind(enum.Enum):
     PERMANENT = "permanent"  # no retry can help: xato at once
     MIGRATED = "migrated"  # the group became a supergroup: resend to the new id at once
     UNAUTHORIZED = "unauthorized"  # the token is bad: stop the relay, release the row
+    DONE = "done"  # what the request asked for is already so (an edit to the same text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,9 +51,88 @@ def _forbidden(message: str) -> FailureCode:
     return FailureCode.BLOCKED if any(s in lowered for s in _GONE) else FailureCode.FORBIDDEN
 
 
+# 400 descriptions by what they mean (substrings, lower case). Telegram's own words; a multisend
+# (an album) wraps its item's error in 'failed to send message #N with the error message "..."'.
+_BAD_MEDIA = (
+    "wrong file identifier",
+    "wrong http url",
+    "wrong remote file",
+    "wrong type of the web page content",
+    "media_empty",
+    "photo_invalid_dimensions",
+    "unsupported extension",
+    "can't use the media of the specified type in the album",
+)
+_MESSAGE_GONE = (
+    "message to edit not found",
+    "message to copy not found",
+    "message to forward not found",
+    "message to pin not found",
+    "message to unpin not found",
+    "message to be replied not found",
+    "replied message not found",
+    "message thread not found",
+    "message can't be edited",
+    "message can't be copied",
+    "message can't be forwarded",
+    "message has protected content",
+)
+# Telegram could not fetch a URL's content (its source was slow or down): a few retries.
+_FETCH_FAILED = ("failed to get http url content",)
+# A 429 that reaches the relay inside a 400 (an album's item, some proxies).
+_RETRY_AFTER_TEXT = re.compile(r"too many requests: retry after (\d+)")
+# What a follow-up asked for is already so: counts as done.
+_ALREADY_SO = {
+    "edit": ("message is not modified",),
+    "delete": ("message to delete not found",),
+}
+
+
 def _bad_request(message: str) -> FailureCode:
-    found = "chat not found" in message.lower()
-    return FailureCode.CHAT_NOT_FOUND if found else FailureCode.BAD_REQUEST
+    lowered = message.lower()
+    if "chat not found" in lowered:
+        return FailureCode.CHAT_NOT_FOUND
+    if any(s in lowered for s in _BAD_MEDIA):
+        return FailureCode.BAD_MEDIA
+    if any(s in lowered for s in _MESSAGE_GONE):
+        return FailureCode.MESSAGE_NOT_FOUND
+    if "message can't be deleted" in lowered:
+        return FailureCode.CANNOT_DELETE
+    return FailureCode.BAD_REQUEST
+
+
+def _already_so(method: str, message: str) -> bool:
+    lowered, name = message.lower(), method.lower()
+    family = "edit" if name.startswith("editmessage") else "delete" if "delete" in name else ""
+    return any(s in lowered for s in _ALREADY_SO.get(family, ()))
+
+
+def _bad_request_failure(err: tg.BadRequest, message: str, method: str) -> Failure:
+    lowered = message.lower()
+    if _already_so(method, message):
+        return Failure(FailureKind.DONE, f"already so: {message}")
+    if (flood := _RETRY_AFTER_TEXT.search(lowered)) is not None:
+        seconds = min(max(float(flood.group(1)), 1.0), MAX_FLOOD_PAUSE)
+        return Failure(
+            FailureKind.TRANSIENT,
+            f"Telegram flood control (429 inside a 400): retry after {seconds:g} s",
+            retry_after=seconds,
+            code=FailureCode.RATE_LIMITED,
+            maybe_delivered="failed to send message #" in lowered,
+        )
+    if any(s in lowered for s in _FETCH_FAILED):
+        return Failure(
+            FailureKind.TRANSIENT, f"Telegram could not fetch the media's URL (400): {message}"
+        )
+    code = _bad_request(message)
+    reason = f"Telegram rejected the message (400): {message}"
+    if code is FailureCode.CANNOT_DELETE:
+        # Bots may delete their messages for 48 hours only: the row ends xato, saying so; the
+        # app may send an editMessageText instead (the README's follow-ups section).
+        reason += " (bots can delete messages for 48 hours; edit it instead)"
+    if "failed to send message #" in lowered:
+        reason += "; the album's earlier items may have been delivered"
+    return Failure(FailureKind.PERMANENT, reason, code=code)
 
 
 def _retry_after_seconds(err: tg.RetryAfter) -> float:
@@ -79,8 +160,8 @@ def _without_body(message: str) -> str:
     return f"{status}, and the answer was not the Bot API's JSON" if quoted else message
 
 
-def classify(err: BaseException) -> Failure:  # noqa: PLR0911, PLR0912 - one branch per Telegram answer
-    """Map an exception raised while sending to what the relay should do about it."""
+def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noqa: PLR0911, PLR0912 - one branch per Telegram answer
+    """Map an exception raised while sending ``method`` to what the relay should do about it."""
     message = _without_body(redact(str(err))) or type(err).__name__
     if isinstance(err, MalformedPayload):
         return Failure(
@@ -108,11 +189,7 @@ def classify(err: BaseException) -> Failure:  # noqa: PLR0911, PLR0912 - one bra
             FailureKind.PERMANENT, f"Telegram refused (403): {message}", code=_forbidden(message)
         )
     if isinstance(err, tg.BadRequest):
-        return Failure(
-            FailureKind.PERMANENT,
-            f"Telegram rejected the message (400): {message}",
-            code=_bad_request(message),
-        )
+        return _bad_request_failure(err, message, method)
     if isinstance(err, tg.TimedOut):
         cause = _transport_cause(err)
         if isinstance(cause, httpx.ConnectTimeout | httpx.PoolTimeout):

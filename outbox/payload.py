@@ -1,8 +1,10 @@
-"""The payload contract of an outbox row: what a ``sendMessage`` request may be made of.
+"""The payload contract of an outbox row: which Bot API request it may become.
 
 One implementation, used twice: ``enqueue`` and ``update_pending`` refuse a bad payload at once
 (the app hears of its mistake in its own request), and the relay checks every claimed row again,
-since plain SQL can write anything into the table.
+since plain SQL can write anything into the table. ``"method"`` names the request in Telegram's
+spelling (absent: sendMessage, the lesson's rows); the other methods are in
+``outbox.payload_methods``.
 """
 
 from __future__ import annotations
@@ -19,9 +21,12 @@ __all__ = [
     "MAX_PAYLOAD_DEPTH",
     "MAX_TEXT_LENGTH",
     "MalformedPayload",
+    "Request",
     "UnreadablePayload",
     "check_text",
+    "is_basic",
     "read_json",
+    "request_of",
     "send_message_args",
 ]
 
@@ -91,7 +96,7 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
-def _chat_id(value: Any) -> int | str:
+def chat_id_of(value: Any) -> int | str:
     if isinstance(value, str) and value.startswith("@"):
         if not _CHANNEL_NAME.fullmatch(value):
             raise MalformedPayload(
@@ -111,7 +116,7 @@ def _chat_id(value: Any) -> int | str:
     return value
 
 
-def _text(text: Any, parse_mode: Any) -> str:
+def message_text(text: Any, parse_mode: Any) -> str:
     if not isinstance(text, str) or not text.strip():
         raise MalformedPayload("text must be a non-empty string")
     check_text(text, "text")
@@ -143,8 +148,8 @@ def send_message_args(payload: Any) -> dict[str, Any]:
     unknown = set(payload) - _ALLOWED_KEYS
     if unknown:
         raise MalformedPayload(f"unknown field(s) {', '.join(sorted(map(str, unknown)))}")
-    args: dict[str, Any] = {"chat_id": _chat_id(payload.get("chat_id"))}
-    args["text"] = _text(payload.get("text"), payload.get("parse_mode"))
+    args: dict[str, Any] = {"chat_id": chat_id_of(payload.get("chat_id"))}
+    args["text"] = message_text(payload.get("text"), payload.get("parse_mode"))
     if payload.get("parse_mode") is not None:
         args["parse_mode"] = payload["parse_mode"]
     thread = payload.get("message_thread_id")
@@ -160,11 +165,11 @@ def send_message_args(payload: Any) -> dict[str, Any]:
             args[flag] = value
     markup = payload.get("reply_markup")
     if markup is not None:
-        args["reply_markup"] = _inline_keyboard(markup)
+        args["reply_markup"] = inline_keyboard(markup)
     return args
 
 
-def _inline_keyboard(markup: Any) -> dict[str, Any]:
+def inline_keyboard(markup: Any) -> dict[str, Any]:
     """An ``InlineKeyboardMarkup`` as JSON: rows of buttons, each with text and one action."""
     if not isinstance(markup, Mapping) or set(markup) != {"inline_keyboard"}:
         raise MalformedPayload("reply_markup must be an object with only inline_keyboard")
@@ -200,3 +205,31 @@ def _check_button(button: Any) -> None:
             f"button {text!r}: callback_data is {len(value.encode())} bytes; "
             f"Telegram allows {MAX_CALLBACK_DATA_BYTES}"
         )
+
+
+def request_of(payload: Any) -> Request:
+    """Validate a payload and turn it into the Bot API request it names."""
+    # The lesson's rows (sendMessage with its basic fields) take the short way, as before.
+    if isinstance(payload, Mapping) and (
+        "method" in payload or not payload.keys() <= _ALLOWED_KEYS
+    ):
+        from outbox.payload_methods import method_request  # noqa: PLC0415 - a cycle otherwise
+
+        return method_request(payload)
+    return Request("sendMessage", send_message_args(payload))
+
+
+def is_basic(args: Mapping[str, Any]) -> bool:
+    """sendMessage arguments of the lesson's kind (python-telegram-bot's send_message)."""
+    return args.keys() <= _ALLOWED_KEYS
+
+
+class Request(NamedTuple):
+    """A checked request: Telegram's method name and its arguments."""
+
+    method: str
+    args: dict[str, Any]
+    # Messages Telegram counts against its limits (an album of N counts N).
+    weight: int = 1
+    # A follow-up's original (its key): chat_id and message_id come from its sent marker.
+    message_key: str | None = None

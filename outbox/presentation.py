@@ -26,7 +26,7 @@ from outbox.queries import (
 )
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import State
-from outbox.vocabulary import RELAY, entry_key, label, marker_label
+from outbox.vocabulary import RELAY, entry_key, label, marker_label, payload_label
 
 span = format_duration  # how every duration is shown to operators
 
@@ -102,8 +102,21 @@ def queue_worth_showing(messages: Sequence[Message]) -> bool:
     return any(m.queue != DEFAULT_QUEUE for m in messages)
 
 
+def methods_worth_showing(messages: Sequence[Message]) -> bool:
+    """Whether a list needs a method column: only when a row sends more than a text."""
+    return any(m.method != "sendMessage" for m in messages)
+
+
+def _kind_of(m: Message, with_method: bool) -> str:
+    if not with_method:
+        return m.kind
+    original = f" -> {_clip(m.original, KEY_WIDTH)}" if m.original else ""
+    return f"{m.kind} {m.method}{original}"
+
+
 def messages_table(messages: Sequence[Message]) -> list[str]:
     with_queue = queue_worth_showing(messages)
+    with_method = methods_worth_showing(messages)
     headers = tuple(
         label(name)
         for name in ("id", "kind", "key", "state", "attempts", "next_attempt_at", "last_error")
@@ -111,7 +124,7 @@ def messages_table(messages: Sequence[Message]) -> list[str]:
     rows = [
         (
             str(m.id),
-            m.kind,
+            _kind_of(m, with_method),
             _clip(m.key, KEY_WIDTH),
             m.state,
             str(m.attempts),
@@ -133,11 +146,14 @@ def messages_table(messages: Sequence[Message]) -> list[str]:
 def _marker_json(marker: SentMarker | None) -> dict[str, Any] | None:
     if marker is None:
         return None
-    return {
+    shown: dict[str, Any] = {
         marker_label("chat_id"): marker.chat_id,
         marker_label("message_id"): marker.message_id,
         marker_label("sent_at"): marker.sent_at.isoformat(),
     }
+    if marker.message_ids:
+        shown[marker_label("message_ids")] = list(marker.message_ids)
+    return shown
 
 
 def _iso(moment: datetime | None) -> str | None:
@@ -176,6 +192,8 @@ def message_json(m: Message) -> dict[str, Any]:
     }
     return {
         **fields,
+        payload_label("method"): m.method,
+        payload_label("original"): m.original,
         # An unreadable payload (nested too deeply for Python) as its JSON text, in a string.
         label("payload"): m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload,
         label("history"): m.history,
@@ -184,10 +202,9 @@ def message_json(m: Message) -> dict[str, Any]:
 
 
 def _marker_text(marker: SentMarker) -> str:
-    return (
-        f"sent at {when(marker.sent_at)} as Telegram message {marker.message_id} "
-        f"in chat {marker.chat_id}"
-    )
+    ids = marker.message_ids
+    what = f"messages {', '.join(map(str, ids))}" if ids else f"message {marker.message_id}"
+    return f"sent at {when(marker.sent_at)} as Telegram {what} in chat {marker.chat_id}"
 
 
 # What a tarix entry leads with: the failure, or what an operator did.
@@ -235,6 +252,9 @@ def _shown(value: Any) -> str:
 
 def message_lines(m: Message) -> list[str]:
     fields = [(label(name), _shown(getattr(m, name))) for name in SHOWN_FIELDS]
+    fields.append((payload_label("method"), m.method))
+    if m.original is not None:
+        fields.append((payload_label("original"), m.original))
     fields.append((MARKER_LABEL, "-" if m.marker is None else _marker_text(m.marker)))
     lines = [f"{name:<16} {value}" for name, value in fields]
     if isinstance(m.payload, UnreadablePayload):
@@ -265,6 +285,12 @@ def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
             reason += f", {_marker_text(result.marker)}"
         return (
             f"message {result.id} not replayed: it is {result.state}, not {State.FAILED} ({reason})"
+        )
+    if result.original is not None:
+        was = result.original_state or "no message has that key"
+        return (
+            f"message {result.id} not replayed: it acts on {result.original!r}, which was "
+            f"never sent ({was}); replay that one first (or both at once)"
         )
     marker = result.marker
     assert marker is not None  # a failed row is refused only for its sent marker

@@ -42,6 +42,7 @@ KNOWN_REVISIONS = (  # oldest first
     "outbox_0003",
     "outbox_0004",
     "outbox_0006",
+    "outbox_0007",
     "outbox_0008",
 )
 

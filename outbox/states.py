@@ -28,6 +28,10 @@ class FailureCode(StrEnum):
     FORBIDDEN = "forbidden"  # 403 for another reason (the bot was removed from the group...)
     CHAT_NOT_FOUND = "chat_not_found"  # 400: Telegram knows no such chat
     BAD_REQUEST = "bad_request"  # 400 for another reason (text too long, bad markup...)
+    BAD_MEDIA = "bad_media"  # 400: Telegram cannot use the file_id or URL (or its content)
+    MESSAGE_NOT_FOUND = "message_not_found"  # 400: the message to act on or reply to is gone
+    CANNOT_DELETE = "cannot_delete"  # 400: Telegram refuses the delete (48 hours, rights)
+    ORIGINAL_FAILED = "original_failed"  # a follow-up whose original was never sent
     BAD_PAYLOAD = "bad_payload"  # the payload is not a message the relay can send
     RATE_LIMITED = "rate_limited"  # 429: Telegram's flood control
     CHAT_MIGRATED = "chat_migrated"  # the group moved again while its resend was under way

@@ -8,7 +8,7 @@ import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any, Protocol, runtime_checkable
 
 import httpx
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
@@ -16,7 +16,7 @@ from telegram import error as tg
 from telegram.request import BaseRequest, HTTPXRequest, RequestData
 
 from outbox.errors import TelegramUnauthorized, TelegramUnavailable
-from outbox.payload import send_message_args
+from outbox.payload import Request, send_message_args
 from outbox.redact import redact, register_secret
 from outbox.schema import DEFAULT_BOT
 
@@ -24,7 +24,15 @@ from outbox.schema import DEFAULT_BOT
 # forms (outbox.classify), so opt in to the future form and keep the logs free of the warning.
 os.environ.setdefault("PTB_TIMEDELTA", "1")
 
-__all__ = ["NullSender", "Sender", "SentMessage", "TelegramSender", "send_message_args"]
+__all__ = [
+    "MethodSender",
+    "NullSender",
+    "Sender",
+    "SentMessage",
+    "TelegramSender",
+    "send_message_args",
+    "sent_of",
+]
 
 DEFAULT_API_URL = "https://api.telegram.org"
 
@@ -33,6 +41,7 @@ DEFAULT_API_URL = "https://api.telegram.org"
 class SentMessage:
     chat_id: int
     message_id: int
+    message_ids: tuple[int, ...] = ()  # an album's messages, in order (message_id is the first)
 
 
 class Sender(Protocol):
@@ -46,6 +55,14 @@ class Sender(Protocol):
     async def send(self, args: Mapping[str, Any]) -> SentMessage: ...
 
     async def close(self) -> None: ...
+
+
+@runtime_checkable
+class MethodSender(Protocol):
+    """A sender that sends any checked request (outbox.payload.request_of), not only
+    sendMessage; the relay fails other methods' rows on a sender without it."""
+
+    async def call(self, request: Request) -> SentMessage: ...
 
 
 class _SpreadRequest(BaseRequest):
@@ -187,8 +204,74 @@ class TelegramSender:
         message = await self._bot.send_message(**args)
         return SentMessage(chat_id=message.chat_id, message_id=message.message_id)
 
+    async def call(self, request: Request) -> SentMessage:
+        """Any checked request, by Telegram's method name, through python-telegram-bot's HTTP
+        layer (its error mapping and exceptions, as for send_message).
+
+        Not ``Bot.do_api_request``: its defaults step takes a ``media`` value for
+        python-telegram-bot's own InputMedia objects (an album's list of plain objects, or
+        any text, breaks it), and building those from strings could upload a local file named
+        by one. Here every value goes as the Bot API reads a form field: strings as they are
+        (never read as a path), nested objects as their JSON text.
+        """
+        fields = {
+            name: value
+            if isinstance(value, str)
+            else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+            for name, value in request.args.items()
+        }
+        url = f"{self._bot.base_url}/{request.method}"
+        result = await self._bot.request.post(url, _FormFields(fields))
+        return sent_of(request, result)
+
     async def close(self) -> None:
         await self._bot.shutdown()
+
+
+# RequestData is final for type checkers only; this adds no state it does not know of.
+class _FormFields(RequestData):  # type: ignore[misc]
+    """A request's form fields, already in the Bot API's text form: nothing to upload.
+
+    python-telegram-bot's HTTP layer reads only these properties (and ``contains_files``,
+    False here); its own parameter objects would take a string that names a local file for
+    an upload, which a row of the outbox must never cause.
+    """
+
+    __slots__ = ("_fields",)
+
+    def __init__(self, fields: dict[str, str]) -> None:
+        super().__init__()
+        self._fields = fields
+
+    @property
+    def parameters(self) -> dict[str, Any]:
+        return dict(self._fields)
+
+    @property
+    def json_parameters(self) -> dict[str, str]:
+        return dict(self._fields)
+
+    @property
+    def multipart_data(self) -> dict[str, Any]:
+        return {}
+
+
+def sent_of(request: Request, result: Any) -> SentMessage:
+    """The message a request's answer names: a Message, an album's Messages, a MessageId
+    (copyMessage), or True (a delete, a pin, some edits: the message the request named)."""
+    args = request.args
+    chat = args.get("chat_id")
+    own_chat = chat if isinstance(chat, int) else 0
+    if isinstance(result, list) and result:
+        ids = tuple(int(message["message_id"]) for message in result)
+        return SentMessage(int(result[0]["chat"]["id"]), ids[0], ids)
+    if isinstance(result, dict):
+        chat_id = int(result["chat"]["id"]) if "chat" in result else own_chat
+        return SentMessage(chat_id, int(result["message_id"]))
+    if result is True:
+        named = [int(i) for i in args.get("message_ids") or [args.get("message_id") or 0]]
+        return SentMessage(own_chat, named[0], tuple(named) if len(named) > 1 else ())
+    raise KeyError(f"no message in the answer to {request.method}")
 
 
 def _keyboard(markup: Mapping[str, Any]) -> InlineKeyboardMarkup:
@@ -224,6 +307,14 @@ class NullSender:
         return SentMessage(
             chat_id=chat_id if isinstance(chat_id, int) else 0, message_id=self._next_id
         )
+
+    async def call(self, request: Request) -> SentMessage:
+        sent = await self.send(request.args)
+        if request.weight > 1:
+            first = self._next_id
+            self._next_id += request.weight - 1
+            return SentMessage(sent.chat_id, first, tuple(range(first, self._next_id + 1)))
+        return sent
 
     async def close(self) -> None:
         return None

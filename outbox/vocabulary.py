@@ -18,6 +18,7 @@ __all__ = [
     "HISTORY",
     "MARKER",
     "OUTBOX",
+    "PAYLOAD",
     "RELAY",
     "STATE_LITERALS",
     "Name",
@@ -25,6 +26,7 @@ __all__ = [
     "entry_key",
     "label",
     "marker_label",
+    "payload_label",
     "select",
 ]
 
@@ -71,6 +73,14 @@ MARKER: tuple[Name, ...] = (
     _name("chat_id", "chat_id", "the chat it went to"),
     _name("message_id", "message_id", "Telegram's id of the delivered message"),
     _name("sent_at", "yuborilgan_vaqt", "when Telegram accepted it"),
+    _name("message_ids", "message_ids", "an album's messages, in order (NULL for one message)"),
+)
+
+# Fields of a payload that a message shows beside its columns: the Bot API method (absent:
+# sendMessage) and, for a follow-up, its original's key. Labelled as the payload spells them.
+PAYLOAD: tuple[Name, ...] = (
+    _name("method", "method", "the Bot API method it sends"),
+    _name("original", "message_key", "a follow-up's original: the key of the message it acts on"),
 )
 
 # A relay of the fleet (table relaylar, outbox_0008) as ``outbox relays`` and the page show it.
@@ -108,6 +118,7 @@ HISTORY: tuple[Name, ...] = (
 _BY_PYTHON = {name.python: name for name in OUTBOX}
 _MARKER_BY_PYTHON = {name.python: name for name in MARKER}
 _HISTORY_BY_PYTHON = {name.python: name for name in HISTORY}
+_PAYLOAD_BY_PYTHON = {name.python: name for name in PAYLOAD}
 
 # The states as SQL literals, for statements that name a state (``holat = {failed}``).
 STATE_LITERALS: dict[str, str] = {
@@ -130,6 +141,11 @@ def label(python: str) -> str:
 
 def marker_label(python: str) -> str:
     return _MARKER_BY_PYTHON[python].label
+
+
+def payload_label(python: str) -> str:
+    """What people read for a field a message takes from its payload (``method``)."""
+    return _PAYLOAD_BY_PYTHON[python].label
 
 
 def entry_key(python: str) -> str:

@@ -5,12 +5,14 @@ Every update is handled in one database transaction (``reminders.chat``): the ch
 (enqueued in the outbox, sent by the relay) and the claim of the update commit together, so two
 bot processes, or a webhook delivered twice, never act on one update twice.
 
-Two answers do not go through the outbox, because they are not messages but the bot's answer
-to a button press in the person's hands: ``answerCallbackQuery`` (Telegram shows a spinner on
-the button until it comes, and forgets the query after a short while, which a queue behind a
-flood-control pause could miss) and ``editMessageText`` of the pressed reminder (an edit of an
-existing message, which the relay does not send, and repeating it is harmless). The bot makes
-both calls itself after the transaction has committed.
+Two answers do not go through the outbox, because they are the bot's answer to a button press
+in the person's hands: ``answerCallbackQuery`` (Telegram shows a spinner on the button until it
+comes, and forgets the query after a short while, which a queue behind a flood-control pause or
+a broadcast could miss: the outbox has no priority lane yet) and ``editMessageText`` of the
+pressed reminder (repeating it is harmless). The bot makes both calls itself after the
+transaction has committed. A task changed any other way edits its sent reminder through the
+outbox (``reminders.service``); completing it by the button does too, with the same text, so
+the later of the two edits is "not modified" and counts as done.
 """
 
 from __future__ import annotations

@@ -18,9 +18,11 @@ __all__ = [
     "CALLBACK_ANSWER_LIMIT",
     "DEFAULT_SNOOZE",
     "ECHO_LIMIT",
+    "EDIT_KIND",
     "ENV_SNOOZE",
     "TELEGRAM_TEXT_LIMIT",
     "ReminderPayload",
+    "changed_reminder_text",
     "done_data",
     "duration_words",
     "fit_html",
@@ -28,6 +30,7 @@ __all__ = [
     "html_length",
     "parse_button",
     "printable",
+    "reminder_edit",
     "reminder_keyboard",
     "reminder_payload",
     "reminder_text",
@@ -293,4 +296,36 @@ def reminder_payload(
     payload: ReminderPayload = {"chat_id": chat_id, "text": text, "parse_mode": "HTML"}
     if task_id is not None:
         payload["reply_markup"] = reminder_keyboard(task_id)
+    return payload
+
+
+# The outbox kind (tur) of an edit of a reminder already sent.
+EDIT_KIND = "tahrir"
+Change = Literal["done", "rescheduled", "deleted"]
+
+
+def changed_reminder_text(change: Change, *, title: str, due: datetime, time_zone: str) -> str:
+    """A sent reminder's new text once its task changed (HTML): done, moved, deleted. "done"
+    reads as the bot's own edit after a press of "Bajarildi", so the two agree."""
+    bold = f"<b>{html.escape(title, quote=False)}</b>"
+    if change == "done":
+        text = f"✅ Bajarildi: {bold}"
+    elif change == "rescheduled":
+        text = f"🔁 Muddat o'zgardi: {bold}\nYangi muddat: {_format_due(due, time_zone)}"
+    else:
+        text = f"🗑 Vazifa o'chirildi: {bold}"
+    return fit_html(text)
+
+
+def reminder_edit(key: str, text: str, keyboard: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The outbox payload that edits the reminder sent under ``key`` (a follow-up by key):
+    the new text, and its buttons only where they still make sense."""
+    payload: dict[str, Any] = {
+        "method": "editMessageText",
+        "message_key": key,
+        "text": text,
+        "parse_mode": "HTML",
+    }
+    if keyboard is not None:
+        payload["reply_markup"] = keyboard
     return payload

@@ -11,6 +11,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import sqlalchemy as sa
@@ -18,7 +19,14 @@ from sqlalchemy.orm import Session, selectinload
 
 import outbox
 from outbox.errors import InvalidInput, NotFound
-from reminders.messages import ReminderPayload, reminder_payload
+from reminders.messages import (
+    EDIT_KIND,
+    Change,
+    ReminderPayload,
+    changed_reminder_text,
+    reminder_edit,
+    reminder_payload,
+)
 from reminders.models import DEFAULT_TIME_ZONE, Task, User
 from reminders.parsing import BIGINT_MAX
 
@@ -84,6 +92,7 @@ class TaskChanged:
     cancelled: int  # unsent reminders withdrawn from the outbox by this change
     overdue: bool  # the (new) due time has passed: no new reminder was enqueued
     updated: int = 0  # waiting reminders whose text this change rewrote (rename)
+    edited: int = 0  # reminders already sent whose message this change edits (via the outbox)
 
 
 @dataclass(frozen=True, slots=True)
@@ -295,6 +304,32 @@ def _schedule(
     ), False
 
 
+def _edit_sent(
+    session: Session, keys: Sequence[str], text: str, keyboard: dict[str, Any] | None = None
+) -> int:
+    """Edit every reminder of ``keys`` the outbox already sent, through the outbox and in the
+    caller's transaction (an edit is a follow-up named by the reminder's key); return how many.
+
+    Each change is its own edit (its key carries the database's time): a second rename edits
+    the message again, and the relay applies the edits of one message in order.
+    """
+    sent = outbox.sent_keys(session, keys)
+    stamp = int(database_now(session).timestamp() * 1_000_000)
+    for key in sent:
+        outbox.enqueue(
+            session, key=f"{key}:tahrir:{stamp}", payload=reminder_edit(key, text, keyboard),
+            kind=EDIT_KIND,
+        )  # fmt: skip
+    return len(sent)
+
+
+def _edit_sent_for(session: Session, task: Task, keys: Sequence[str], change: Change) -> int:
+    text = changed_reminder_text(
+        change, title=task.title, due=task.due, time_zone=task.user.time_zone
+    )
+    return _edit_sent(session, keys, text)
+
+
 def _lock_task(session: Session, task_id: int) -> Task:
     # populate_existing: the row as it is now that it is locked, not as the session last saw it.
     task = session.get(
@@ -370,8 +405,12 @@ def reschedule_task(
     # it again could let a second relay send it while the first is still sending it.
     kept = set(_scheduled_keys(task))
     cancelled = outbox.cancel(session, [key for key in old_keys if key not in kept])
+    # A reminder already sent for the old due time says the task moved; its buttons go.
+    edited = _edit_sent_for(session, task, [k for k in old_keys if k not in kept], "rescheduled")
     reminders, overdue = _schedule(session, task)
-    return TaskChanged(task=task, reminders=reminders, cancelled=cancelled, overdue=overdue)
+    return TaskChanged(
+        task=task, reminders=reminders, cancelled=cancelled, overdue=overdue, edited=edited
+    )
 
 
 def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
@@ -387,8 +426,20 @@ def rename_task(session: Session, task_id: int, title: str) -> TaskChanged:
     session.flush()
     now = database_now(session)
     updated = _rewrite_pending(session, task, now)
+    # A reminder already sent shows the new title; its buttons still make sense, so they stay.
+    edited = 0
+    if not task.done:
+        for offset_seconds in task.remind_before_seconds:
+            payload = _reminder_payload(task, offset_seconds, now)
+            key = reminder_key(task.id, offset_seconds, task.due)
+            edited += _edit_sent(session, [key], payload["text"], payload.get("reply_markup"))
     return TaskChanged(
-        task=task, reminders=(), cancelled=0, overdue=task.due <= now, updated=updated
+        task=task,
+        reminders=(),
+        cancelled=0,
+        overdue=task.due <= now,
+        updated=updated,
+        edited=edited,
     )
 
 
@@ -409,16 +460,20 @@ def _rewrite_pending(session: Session, task: Task, now: datetime) -> int:
 def complete_task(session: Session, task_id: int) -> TaskChanged:
     """Mark the task done and withdraw its unsent reminders, claimed ones included."""
     task = _lock_task(session, task_id)
-    cancelled = outbox.cancel(session, _current_keys(task))
+    keys = _current_keys(task)
+    cancelled = outbox.cancel(session, keys)
     task.done = True
     session.flush()
-    return TaskChanged(task=task, reminders=(), cancelled=cancelled, overdue=False)
+    edited = _edit_sent_for(session, task, keys, "done")  # says so, and the buttons go
+    return TaskChanged(task=task, reminders=(), cancelled=cancelled, overdue=False, edited=edited)
 
 
 def delete_task(session: Session, task_id: int) -> int:
     """Delete the task and withdraw its unsent reminders; return how many were withdrawn."""
     task = _lock_task(session, task_id)
-    cancelled = outbox.cancel(session, _current_keys(task))
+    keys = _current_keys(task)
+    cancelled = outbox.cancel(session, keys)
+    _edit_sent_for(session, task, keys, "deleted")  # says so, and the buttons go
     session.delete(task)
     session.flush()
     return cancelled

@@ -357,7 +357,7 @@ INSERT INTO yuborilgan (kalit, chat_id, message_id) VALUES ('old-bajarildi', 900
 _COLUMNS_OF_0_1 = {
     "outbox": "id, tur, kalit, payload, holat, urinish, keyingi_urinish, band_vaqti, "
     "oxirgi_xato, tarix, yaratilgan, yangilangan",
-    "yuborilgan": "*",
+    "yuborilgan": "kalit, chat_id, message_id, yuborilgan_vaqt",
     "foydalanuvchi": "id, ism, chat_id, vaqt_zonasi, yaratilgan",
     "vazifa": "id, foydalanuvchi_id, sarlavha, muddat, eslatma_oldin, bajarildi, yaratilgan",
 }

@@ -198,10 +198,12 @@ def test_reschedule_after_a_sent_reminder_makes_exactly_one_new(
         changed = reminders.reschedule_task(session, task_id, new_due)
         assert changed.cancelled == 0
     rows = outbox_rows(engine)
-    assert [(r["kalit"], r["holat"]) for r in rows] == [
+    # The sent reminder is edited to say the task moved (a follow-up named by its key).
+    assert [(r["kalit"], r["holat"]) for r in rows if "method" not in r["payload"]] == [
         (sent_key, "bajarildi"),
         (reminder_key(task_id, 3600, new_due), "kutmoqda"),
     ]
+    assert [r["payload"]["message_key"] for r in rows if "method" in r["payload"]] == [sent_key]
 
 
 def test_rescheduling_back_to_a_sent_time_does_not_send_again(
@@ -215,7 +217,8 @@ def test_rescheduling_back_to_a_sent_time_does_not_send_again(
     with Session(engine) as session, session.begin():
         changed = reminders.reschedule_task(session, task_id, due)
         assert [r.created for r in changed.reminders] == [False]
-    assert [r["holat"] for r in outbox_rows(engine)] == ["bajarildi"]
+    sends = [r for r in outbox_rows(engine) if "method" not in r["payload"]]
+    assert [r["holat"] for r in sends] == ["bajarildi"]
 
 
 def test_reschedule_into_the_past_says_overdue(engine: sa.Engine, user_id: int) -> None:
@@ -313,7 +316,11 @@ def test_complete_keeps_a_sent_reminder(engine: sa.Engine, user_id: int) -> None
     mark_sent(engine, reminder_key(task_id, 86400, due))
     with Session(engine) as session, session.begin():
         assert reminders.complete_task(session, task_id).cancelled == 1
-    assert [r["holat"] for r in outbox_rows(engine)] == ["bajarildi"]
+    rows = outbox_rows(engine)
+    assert [r["holat"] for r in rows] == ["bajarildi", "kutmoqda"]
+    # The sent one is edited (through the outbox) to say the task is done.
+    assert rows[1]["payload"]["method"] == "editMessageText"
+    assert rows[1]["payload"]["message_key"] == rows[0]["kalit"]
 
 
 def test_a_rolled_back_completion_keeps_the_reminders(engine: sa.Engine, user_id: int) -> None:

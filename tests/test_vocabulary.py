@@ -139,6 +139,8 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         "claimed_at": None,
         "wait": 0.25,
         "queue": "shop",
+        "original": "[42, 7, null]",
+        "original_state": None,
         "extra": "a column added to the list",
     }
     expected = queries.ClaimedRow(
@@ -151,6 +153,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         claimed_at=None,  # type: ignore[arg-type]
         wait=0.25,
         queue="shop",
+        original=[42, 7, None],  # a follow-up's original: its marker, decoded
     )
     for names in (list(values), list(reversed(values))):
         make = queries.relay._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
@@ -175,8 +178,8 @@ def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
     )
     assert list(presentation.message_json(message)) == [
         "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "band_vaqti",
-        "oxirgi_xato", "xato_turi", "xato_vaqti", "partiya", "yaratilgan", "yangilangan", "payload",
-        "tarix", "yuborilgan",
+        "oxirgi_xato", "xato_turi", "xato_vaqti", "partiya", "yaratilgan", "yangilangan", "method",
+        "message_key", "payload", "tarix", "yuborilgan",
     ]  # fmt: skip
     assert presentation.messages_table([message])[0].split() == [
         "id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato",

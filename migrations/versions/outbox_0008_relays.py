@@ -1,7 +1,7 @@
 """The fleet's register: one row per running relay, kept fresh by its heartbeat.
 
 Revision ID: outbox_0008
-Revises: outbox_0004
+Revises: outbox_0007
 Create Date: 2026-12-01
 
 ``relaylar`` (relays): each relay inserts its row when it starts, rewrites ``oxirgi_signal``
@@ -26,7 +26,7 @@ from alembic import op
 from outbox.migrate import revision_comment, target_schema
 
 revision = "outbox_0008"
-down_revision = "outbox_0006"
+down_revision = "outbox_0007"
 branch_labels = None
 depends_on = None
 

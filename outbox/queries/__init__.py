@@ -32,7 +32,7 @@ from outbox.queries._common import (
     schema_facts,
     schema_facts_sync,
 )
-from outbox.queries.app import cancel, enqueue, update_pending
+from outbox.queries.app import cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.maintenance import (
     Pruned,
@@ -140,6 +140,7 @@ __all__ = [
     "schema_facts",
     "schema_facts_sync",
     "search_messages",
+    "sent_keys",
     "still_claimed",
     "try_maintenance_lock",
     "unpaused_lag",

@@ -20,7 +20,13 @@ from outbox.schema import DEFAULT_QUEUE
 _ENQUEUE = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya)
-    VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()),
+    VALUES (:tur, :kalit, CAST(:payload AS jsonb),
+            -- A follow-up is due no sooner than its original, if that still waits.
+            greatest(coalesce(CAST(:run_at AS timestamptz), now()),
+                     CASE WHEN CAST(:payload AS jsonb) ? 'message_key' THEN
+                         (SELECT w.keyingi_urinish FROM {outbox} w
+                          WHERE w.kalit = CAST(:payload AS jsonb) ->> 'message_key'
+                            AND w.holat = {pending}) END),
             :navbat, CAST(:partiya AS text))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
@@ -30,6 +36,8 @@ UNION ALL
 SELECT id, false FROM {outbox} WHERE kalit = :kalit AND NOT EXISTS (SELECT 1 FROM inserted)
 """
 
+# A claim takes a follow-up only once its original is done (queries.relay); due no sooner than
+# the original, it does not keep relays asking (or a drain waiting) meanwhile.
 _FIND_BY_KEY = "SELECT id FROM {outbox} WHERE kalit = :kalit"
 
 
@@ -91,3 +99,16 @@ def update_pending(*, schema: str, key: str, payload: Mapping[str, Any]) -> Step
     params = {"kalit": key, "payload": json.dumps(payload)}
     result = yield _text(_UPDATE_PENDING, schema), params
     return bool(result.rowcount)
+
+
+# A message the outbox sent has a sent marker: a follow-up (an edit, a delete) can act on it.
+_SENT_KEYS = "SELECT kalit FROM {yuborilgan} WHERE kalit = ANY(CAST(:keys AS text[]))"
+
+
+def sent_keys(*, schema: str, keys: Sequence[str]) -> Steps:
+    """Which of ``keys`` name a message the outbox sent (its sent marker exists)."""
+    if not keys:
+        return []
+    result = yield _text(_SENT_KEYS, schema), {"keys": list(keys)}
+    found = {str(key) for key in result.scalars()}
+    return [key for key in keys if key in found]

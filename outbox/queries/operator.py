@@ -26,6 +26,7 @@ class SentMarker:
     chat_id: int
     message_id: int  # Telegram's id of the delivered message
     sent_at: datetime
+    message_ids: tuple[int, ...] = ()  # an album's messages (message_id is the first)
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,13 +53,28 @@ class Message:
     failed_at: datetime | None = None  # xato_vaqti: when it went to xato (failed rows only)
     batch: str | None = None  # partiya: the broadcast it belongs to (outbox_0006)
 
+    @property
+    def method(self) -> str:
+        """The Bot API method the payload names (absent: sendMessage)."""
+        found = self.payload.get("method") if isinstance(self.payload, dict) else None
+        return found if isinstance(found, str) else "sendMessage"
+
+    @property
+    def original(self) -> str | None:
+        """A follow-up's original: the key of the message it acts on (payload.message_key)."""
+        found = self.payload.get("message_key") if isinstance(self.payload, dict) else None
+        return found if isinstance(found, str) else None
+
 
 def _marker(fields: RowMapping) -> SentMarker | None:
     """The sent marker of a row read with ``_MARKER_COLUMNS`` (None without one)."""
     if fields["marker_message_id"] is None:
         return None
     return SentMarker(
-        int(fields["marker_chat_id"]), int(fields["marker_message_id"]), fields["marker_sent_at"]
+        int(fields["marker_chat_id"]),
+        int(fields["marker_message_id"]),
+        fields["marker_sent_at"],
+        tuple(fields["marker_message_ids"] or ()),
     )
 
 
@@ -98,7 +114,7 @@ _FINITE = "CASE WHEN isfinite({0}) THEN {0} END"
 
 # The key's sent marker, from ``y`` (yuborilgan joined on the key).
 _MARKER_COLUMNS = """y.chat_id AS marker_chat_id, y.message_id AS marker_message_id,
-    y.yuborilgan_vaqt AS marker_sent_at"""
+    y.yuborilgan_vaqt AS marker_sent_at, y.message_ids AS marker_message_ids"""
 
 # When a failed row failed: xato_vaqti, or for a row put in xato by hand, its last change.
 _FAILED_AT = "CASE WHEN o.holat = {failed} THEN coalesce(o.xato_vaqti, o.yangilangan) END"
@@ -165,7 +181,20 @@ class ReplayResult:
     replayed: bool
     state: str | None  # the state found before the replay; None: no message with this id
     marker: SentMarker | None  # the key's sent marker (deleted when forced)
+    # A follow-up refused because its original was never sent: the original's key and what it
+    # is ('xato', or None when no message has that key).
+    original: str | None = None
+    original_state: str | None = None
 
+
+# A follow-up's original (payload.message_key): 'sent' when its marker exists, else its row's
+# state, NULL when no message has the key. A follow-up is replayed only while its original may
+# still be sent: the relay would fail it again at once otherwise.
+_ORIGINAL_COLUMNS = """o.payload ->> 'message_key' AS original,
+    CASE WHEN o.payload ? 'message_key' THEN coalesce(
+        (SELECT 'sent' FROM {yuborilgan} w WHERE w.kalit = o.payload ->> 'message_key'),
+        (SELECT w.holat FROM {outbox} w WHERE w.kalit = o.payload ->> 'message_key')) END
+        AS original_state"""
 
 # Replay happens in one transaction: lock the rows, decide, then change them. The lock keeps
 # the state seen by the decision until the change commits (relays only ever touch pending and
@@ -173,7 +202,7 @@ class ReplayResult:
 # here, then see the row pending and are refused). Locking in id order avoids deadlocks
 # between two bulk replays.
 _LOCK_FOR_REPLAY = f"""
-SELECT o.id AS id, o.holat AS state, {_MARKER_COLUMNS}
+SELECT o.id AS id, o.holat AS state, o.kalit AS key, {_MARKER_COLUMNS}, {_ORIGINAL_COLUMNS}
 FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE o.id = ANY(CAST(:ids AS bigint[]))
 ORDER BY o.id
@@ -181,7 +210,7 @@ FOR UPDATE OF o
 """
 
 _LOCK_FAILED_FOR_REPLAY = f"""
-SELECT o.id AS id, o.holat AS state, {_MARKER_COLUMNS}
+SELECT o.id AS id, o.holat AS state, o.kalit AS key, {_MARKER_COLUMNS}, {_ORIGINAL_COLUMNS}
 FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE o.holat = {{failed}}
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
@@ -253,6 +282,17 @@ def replay(
         for row_id, (state, marker) in seen.items()
         if state == State.FAILED and (marker is None or force)
     ]
+    # A follow-up goes back only with an original that may still be sent: sent, waiting, or
+    # replayed by this same call.
+    replaying = {row.key for row in found if int(row.id) in accepted}
+    stranded = {
+        int(row.id): (row.original, row.original_state)
+        for row in found
+        if row.original is not None
+        and row.original_state not in ("sent", State.PENDING, State.IN_PROGRESS)
+        and row.original not in replaying
+    }
+    accepted = [row_id for row_id in accepted if row_id not in stranded]
     replayed: set[int] = set()
     if accepted:
         rows = _execute(conn, schema, _REPLAY, {"ids": accepted, "force": force}).fetchall()
@@ -260,7 +300,10 @@ def replay(
     results = []
     for row_id in wanted:
         state, marker = seen.get(row_id, (None, None))
-        results.append(ReplayResult(row_id, row_id in replayed, state, marker))
+        original, original_state = stranded.get(row_id, (None, None))
+        results.append(
+            ReplayResult(row_id, row_id in replayed, state, marker, original, original_state)
+        )
     return results
 
 

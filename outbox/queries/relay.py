@@ -41,6 +41,11 @@ class ClaimedRow(NamedTuple):
     claimed_at: datetime  # band_vaqti of this claim: with attempts, the fencing token
     wait: float = 0.0  # seconds from the claim until the row's reserved send slot
     queue: str = DEFAULT_QUEUE
+    # A follow-up's original (payload.message_key): its sent marker as decoded JSON
+    # [chat_id, message_id, message_ids or null], and its state (with its failure code) when
+    # it has no marker; both None for every other row.
+    original: Any = None
+    original_state: str | None = None
 
 
 class ClaimLimits(NamedTuple):
@@ -79,9 +84,9 @@ room AS (
            END AS n
 ),
 alone AS (
-    SELECT id, keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} a
+    SELECT id, keyingi_urinish, {chat} AS chat, {weight} AS w FROM {outbox} o
     WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
-      {not_paused_a}
+      {not_paused_o}
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND EXISTS (SELECT 1 FROM {outbox}
                   WHERE yakka AND holat = {pending} AND keyingi_urinish <= now()
@@ -93,10 +98,15 @@ alone AS (
     FOR UPDATE SKIP LOCKED
 ),
 batch AS (
-    SELECT o.id, o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM {outbox} o
+    SELECT o.id, o.keyingi_urinish, {chat} AS chat, {weight} AS w
+    FROM {outbox} o
     WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND NOT o.yakka
       AND o.navbat = %(navbat)s
       {not_paused_o}
+      -- A follow-up (message_key) waits while its original is still to be sent.
+      AND (NOT o.payload ? 'message_key'
+           OR NOT EXISTS (SELECT 1 FROM {outbox} w WHERE w.kalit = o.payload ->> 'message_key'
+                          AND w.holat IN ({pending}, {in_progress})))
       -- A suspect of this queue due, or one this process holds (of any queue), waits alone;
       -- a paused suspect does not hold back the queue.
       AND NOT EXISTS (SELECT 1 FROM {outbox} s
@@ -115,12 +125,13 @@ found AS (
     {busy_chats}
 ),
 slotted AS (
-    -- One message per chat per claim; each takes the next send slot of the bot.
-    SELECT id, chat, row_number() OVER (ORDER BY keyingi_urinish, id) - 1 AS slot
+    -- One message per chat per claim; each takes the next send slot of the bot (an album
+    -- takes one slot per item: Telegram counts each).
+    SELECT id, chat, w, sum(w) OVER (ORDER BY keyingi_urinish, id) - w AS slot
     FROM found WHERE in_chat = 1 OR chat IS NULL OR NOT %(chat_on)s
 ),
 timed AS (
-    SELECT id, chat,
+    SELECT id, chat, w,
            coalesce((SELECT base FROM q), clock_timestamp()) + CASE WHEN %(rate)s > 0
                THEN make_interval(secs => slot / %(rate)s) ELSE interval '0' END AS send_at
     FROM slotted WHERE slot < (SELECT n FROM room)
@@ -129,12 +140,13 @@ chats AS (
     -- Each chat's next free moment. The condition is checked against the newest version of
     -- the chat's row: a claim that waited for another relay's does not double-book the chat.
     INSERT INTO {chat_navbati} AS c (bot, chat, keyingi)
-    SELECT %(bot)s, chat, send_at + make_interval(secs => CASE WHEN chat ~ '^[0-9]+$'
+    -- An album of N keeps its chat for N gaps (Telegram counts each item).
+    SELECT %(bot)s, chat, send_at + make_interval(secs => w * CASE WHEN chat ~ '^[0-9]+$'
                                                           THEN %(chat_gap)s ELSE %(group_gap)s END)
     FROM timed WHERE chat IS NOT NULL AND %(chat_on)s
     ON CONFLICT (bot, chat) DO UPDATE SET keyingi = excluded.keyingi
-    WHERE c.keyingi <= excluded.keyingi - make_interval(
-        secs => CASE WHEN c.chat ~ '^[0-9]+$' THEN %(chat_gap)s ELSE %(group_gap)s END)
+    -- The chat is free by this row's own moment (its row in timed: one per chat per claim).
+    WHERE c.keyingi <= (SELECT t.send_at FROM timed t WHERE t.chat = excluded.chat)
     RETURNING chat
 ),
 taken AS (
@@ -144,7 +156,7 @@ taken AS (
 bump AS (
     UPDATE {bot_holati} h
     SET keyingi_slot = (SELECT base FROM q)
-                       + make_interval(secs => (SELECT count(*) FROM timed) / %(rate)s)
+                       + make_interval(secs => (SELECT sum(w) FROM timed) / %(rate)s)
     WHERE h.bot = %(bot)s AND %(rate)s > 0 AND EXISTS (SELECT 1 FROM timed)
 )
 UPDATE {outbox} o
@@ -155,8 +167,24 @@ WHERE o.id = t.id
 RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
           o.urinish AS attempts, o.band_vaqti AS claimed_at, o.navbat AS queue,
           (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL AS already_sent,
-          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait
+          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT json_build_array(y.chat_id, y.message_id, y.message_ids)::text
+               FROM {yuborilgan} y WHERE y.kalit = o.payload ->> 'message_key') END AS original,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT w.holat || coalesce(':' || w.xato_turi, '') FROM {outbox} w
+               WHERE w.kalit = o.payload ->> 'message_key') END AS original_state
 """
+# The chat a row goes to; a follow-up's is its original's (edits share the chat's limits). The
+# marker is looked up only for a row without chat_id.
+_CHAT = """coalesce(o.payload ->> 'chat_id',
+                  (SELECT y.chat_id::text FROM {yuborilgan} y
+                   WHERE y.kalit = o.payload ->> 'message_key'))"""
+# The messages a row counts as against the limits: an album's items (outbox.payload_methods
+# refuses more than 10; anything else written by hand counts as one).
+_WEIGHT = """CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
+                AND lower(o.payload ->> 'method') = 'sendmediagroup'
+           THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10) ELSE 1 END"""
 # Send slots are reserved in the claim itself: no extra round trip. Each claimed row comes back
 # with the seconds until its slot; a slot taken by a row that is not sent stays unused (the
 # bot sends a little less, never more). A relay that dies holding slots holds back the others
@@ -192,9 +220,10 @@ _BUSY_CHATS = """
 @functools.cache
 def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
     template = _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
-    for alias in ("a", "o", "s"):
+    for alias in ("o", "s"):
         template = template.replace(f"{{not_paused_{alias}}}", not_paused(alias).strip())
     template = template.replace("{busy_chats}", _BUSY_CHATS if busy_chats else "")
+    template = template.replace("{weight}", _WEIGHT).replace("{chat}", _CHAT)
     return _sql(template, schema)
 
 
@@ -241,7 +270,10 @@ def _claimed_rows(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[ClaimedRow]:
 
     def make(values: Sequence[Any]) -> ClaimedRow:
         r = pick(values)
-        return _make_claimed((*r[:_PAYLOAD], read_json(r[_PAYLOAD]), *r[_PAYLOAD + 1 :]))
+        row = _make_claimed((*r[:_PAYLOAD], read_json(r[_PAYLOAD]), *r[_PAYLOAD + 1 :]))
+        if row.original is not None:
+            row = row._replace(original=read_json(row.original))
+        return row
 
     return make
 
@@ -275,6 +307,7 @@ class Outcome(NamedTuple):
     # The claim's band_vaqti. urinish alone can repeat (a replay resets it, a release refunds
     # it); the claim time cannot, so a stale relay's write never matches a newer claim.
     claimed_at: datetime | None = None
+    message_ids: tuple[int, ...] = ()  # an album's messages, for its marker
 
     @classmethod
     def for_row(cls, row: ClaimedRow, state: str, **details: Any) -> Outcome:
@@ -290,11 +323,11 @@ WITH r AS (
     SELECT * FROM json_to_recordset(%(batch)s::json)
         AS r(id bigint, urinish int, holat text, delay float8, xato text, xato_turi text,
              refund bool, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
-             band_vaqti timestamptz)
+             band_vaqti timestamptz, message_ids bigint[])
 ),
 markers AS (
-    INSERT INTO {yuborilgan} (kalit, chat_id, message_id)
-    SELECT kalit, chat_id, message_id FROM r WHERE message_id IS NOT NULL
+    INSERT INTO {yuborilgan} (kalit, chat_id, message_id, message_ids)
+    SELECT kalit, chat_id, message_id, message_ids FROM r WHERE message_id IS NOT NULL
     ON CONFLICT (kalit) DO NOTHING
 )
 UPDATE {outbox} o
@@ -349,6 +382,8 @@ def _outcome_fields(o: Outcome) -> dict[str, Any]:
         fields["kalit"] = o.key
     if o.message_id is not None:
         fields.update(chat_id=o.chat_id, message_id=o.message_id)
+        if o.message_ids:
+            fields["message_ids"] = o.message_ids
     if o.new_chat_id is not None:
         fields["new_chat_id"] = o.new_chat_id
     if o.claimed_at is not None:

@@ -20,13 +20,14 @@ from typing import Any
 from outbox import queries
 from outbox.classify import Failure, FailureKind, MalformedPayload, classify
 from outbox.errors import TelegramUnauthorized
+from outbox.payload import Request, is_basic, request_of
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.retry import RetryPolicy, decide
-from outbox.states import State
-from outbox.telegram import Sender, SentMessage, send_message_args
+from outbox.states import FailureCode, State
+from outbox.telegram import MethodSender, Sender, SentMessage, sent_of
 
 __all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
 
@@ -229,10 +230,8 @@ class SendPool:
             self._total.already_sent += 1
             self._completer.record(queries.Outcome.for_row(row, State.DONE))
             return
-        try:
-            args = send_message_args(row.payload)
-        except MalformedPayload as err:
-            self._fail(row, classify(err))
+        request = self._request_for(row)
+        if request is None:
             return
         loop = asyncio.get_running_loop()
         # The moment the claim reserved for this row in the bot's budget and its chat's spacing.
@@ -260,18 +259,29 @@ class SendPool:
             return
         if self._held_by_flood_control(row):  # it began while this row waited
             return
-        await self._send(row, args)
+        await self._send_row(row, request)
 
-    async def _send(self, row: queries.ClaimedRow, args: dict[str, Any]) -> None:
+    async def _send_row(self, row: queries.ClaimedRow, request: Request) -> None:
         key = id(row)
+        args = dict(request.args)
         while True:
             self._sending.add(key)
             try:
-                sent = await self._sender.send(args)
+                sent = await self._send(request, args)
             except Exception as err:  # noqa: BLE001 - every failure is classified in one place
-                failure = classify(err)
+                failure = classify(err, request.method)
+                if failure.kind is FailureKind.DONE:
+                    # An edit to the text it has, a delete of a message already gone.
+                    self._mark_sent(row, sent_of(request._replace(args=args), True))
+                    return
                 moved_to = failure.new_chat_id
-                if failure.kind is FailureKind.MIGRATED and moved_to and key not in self._moved:
+                # A follow-up's chat is its original's (the marker's), not its own payload's.
+                if (
+                    failure.kind is FailureKind.MIGRATED
+                    and moved_to
+                    and key not in self._moved
+                    and request.message_key is None
+                ):
                     self._moved[key] = args["chat_id"] = moved_to
                     log.info(
                         "outbox %s: %s; resending",
@@ -293,6 +303,53 @@ class SendPool:
             self._delivered[key] = sent
             self._mark_sent(row, sent)
             return
+
+    def _request_for(self, row: queries.ClaimedRow) -> Request | None:
+        """The row's request, checked by the payload contract (a follow-up aimed at its
+        original); None when the row is dealt with instead."""
+        try:
+            request = request_of(row.payload)
+        except MalformedPayload as err:
+            self._fail(row, classify(err))
+            return None
+        if request.message_key is not None:
+            return self._aimed(row, request)
+        return request
+
+    async def _send(self, request: Request, args: dict[str, Any]) -> SentMessage:
+        if request.method == "sendMessage" and is_basic(args):
+            return await self._sender.send(args)
+        if not isinstance(self._sender, MethodSender):
+            raise MalformedPayload(f"this relay's sender cannot send {request.method}")
+        return await self._sender.call(request._replace(args=args))
+
+    def _aimed(self, row: queries.ClaimedRow, request: Request) -> Request | None:
+        """A follow-up aimed at its original's message (from the sent marker); None when the
+        row is dealt with instead: failed (its original was never sent) or handed back (its
+        original is still on its way)."""
+        original, key = row.original, request.message_key
+        if isinstance(original, list) and len(original) == 3 and original[1]:
+            chat_id, message_id, album = original
+            args = dict(request.args)
+            if request.method == "deleteMessage" and album and len(album) > 1:
+                # An album is deleted whole; edits and pins act on its first (captioned) item.
+                return request._replace(
+                    method="deleteMessages", args={**args, "chat_id": chat_id, "message_ids": album}
+                )
+            return request._replace(args={**args, "chat_id": chat_id, "message_id": message_id})
+        state = row.original_state or ""
+        if state in (State.PENDING, State.IN_PROGRESS):
+            # Claimed alone (a suspect) or raced with its original's claim: after it.
+            self._hand_back(row, 1.0)
+            return None
+        if not state:
+            reason = f"no outbox message has the key {key!r}: nothing to {request.method}"
+        elif state == State.DONE:
+            reason = f"the message {key!r} has no sent marker any more (pruned): its id is unknown"
+        else:
+            reason = f"the message {key!r} was never sent ({state}): nothing to {request.method}"
+        self._fail(row, Failure(FailureKind.PERMANENT, reason, code=FailureCode.ORIGINAL_FAILED))
+        return None
 
     def _held_by_flood_control(self, row: queries.ClaimedRow) -> bool:
         """While the bot is paused nothing goes out: the row goes back to the queue, due when
@@ -322,6 +379,7 @@ class SendPool:
                 key=row.key,
                 chat_id=sent.chat_id,
                 message_id=sent.message_id,
+                message_ids=sent.message_ids,
                 new_chat_id=self._moved.get(id(row)),
             )
         )

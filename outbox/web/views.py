@@ -91,12 +91,20 @@ def chart_bars(activity: Activity) -> list[Bar]:
 def chat_of(message: Message) -> str:
     payload = message.payload
     chat = payload.get("chat_id") if isinstance(payload, dict) else None
+    if chat is None and message.original is not None:
+        return f"(the chat of {message.original})"  # a follow-up: its original's chat
     return "-" if chat is None else str(chat)
 
 
 def text_of(message: Message) -> str:
+    """The text a person reads: a message's text, or a photo's (an album's first) caption."""
     payload = message.payload
-    text = payload.get("text") if isinstance(payload, dict) else None
+    if not isinstance(payload, dict):
+        return ""
+    text = payload.get("text", payload.get("caption"))
+    media = payload.get("media")
+    if text is None and isinstance(media, list) and media and isinstance(media[0], dict):
+        text = media[0].get("caption")
     return "" if text is None else str(text)
 
 

@@ -23,6 +23,10 @@ The modules, one concern each:
 - ``server``: ``FakeTelegram`` (the Bot API routes, sendMessage, the records and scripting,
   start and stop, in a thread too) and ``serve_forever`` (``outbox fake-telegram``);
 - ``people``: the users' side (updates, getUpdates, the webhook, callback queries, edits);
+- ``kinds``: the messages beyond sendMessage (media by file_id or URL, albums, locations, polls,
+  copies) and the follow-ups on a sent message (caption, keyboard and media edits, deletes,
+  pins), checked with python-telegram-bot's own classes where it has them; ``acted`` records
+  the follow-ups, ``Delivered.method`` and ``.media`` what each message was;
 - ``control``: the control API under ``/_fake/``;
 - ``checks``: what Telegram accepts (tokens, chat ids, HTML, text, inline keyboards);
 - ``limits``: one bot's rate limiter;
@@ -33,12 +37,13 @@ The modules, one concern each:
 from __future__ import annotations
 
 from .checks import MAX_TEXT_LENGTH, TOKEN_RE, parse_html
-from .records import CallbackAnswer, Delivered, Edited, Fault, RequestRecord
+from .records import Acted, CallbackAnswer, Delivered, Edited, Fault, RequestRecord
 from .server import FakeTelegram, serve_forever
 
 __all__ = [
     "MAX_TEXT_LENGTH",
     "TOKEN_RE",
+    "Acted",
     "CallbackAnswer",
     "Delivered",
     "Edited",

@@ -24,6 +24,8 @@ class Delivered:
     parse_mode: str | None
     reply_markup: dict[str, Any] | None = None  # the inline keyboard, as Telegram's JSON
     bot_id: int = 0  # the numeric part of the token that sent it: which bot (or test relay)
+    method: str = "sendMessage"  # the Bot API method that made it (an album: one per item)
+    media: str | None = None  # the file_id of its photo, document...: Telegram's, from a URL
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,6 +36,16 @@ class Edited:
     message_id: int
     text: str
     reply_markup: dict[str, Any] | None
+    wall: float
+
+
+@dataclass(frozen=True, slots=True)
+class Acted:
+    """A follow-up the fake applied: a delete, a pin, an edit of a caption, keyboard or media."""
+
+    method: str
+    chat_id: int
+    message_ids: tuple[int, ...]
     wall: float
 
 

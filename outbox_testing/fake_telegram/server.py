@@ -19,11 +19,12 @@ from typing import Any
 
 from aiohttp import web
 
-from .checks import TOKEN_RE, _bot_id, _check_send, _read_markup
+from .checks import TOKEN_RE, _bot_id, _check_send, _parse_chat_id, _read_markup
 from .control import _Control
+from .kinds import FOLLOW_UP_METHODS, SEND_METHODS, _KindsSide
 from .limits import _Limiter
 from .people import _chat, _People, _PeopleSide
-from .records import Delivered, Fault, RequestRecord
+from .records import Acted, Delivered, Fault, RequestRecord
 from .wire import _error, _json_response, _read_params
 
 _METHODS = {
@@ -38,6 +39,8 @@ _METHODS = {
         "deleteWebhook",
         "getWebhookInfo",
         "setMyCommands",
+        *SEND_METHODS,
+        *FOLLOW_UP_METHODS,
     )
 }
 _BOT_USER = {"is_bot": True, "first_name": "Fake Bot", "username": "fake_outbox_bot"}
@@ -53,7 +56,7 @@ class _Entry:
         self.fault, self.left = fault, left
 
 
-class FakeTelegram(_PeopleSide):
+class FakeTelegram(_KindsSide, _PeopleSide):
     """The fake server. Records are read through thread-safe snapshot properties."""
 
     def __init__(
@@ -65,6 +68,7 @@ class FakeTelegram(_PeopleSide):
         self.enforce_limits = enforce_limits
         self._lock = threading.Condition()
         self._delivered: list[Delivered] = []
+        self._acted: list[Acted] = []
         self._requests: list[RequestRecord] = []
         self._scripts: dict[int | None, deque[_Entry]] = {}
         self._message_ids: dict[int, int] = {}
@@ -118,6 +122,7 @@ class FakeTelegram(_PeopleSide):
         """Forget records, scripts, counters and rate windows; keep latency and limits."""
         with self._lock:
             self._delivered.clear()
+            self._acted.clear()
             self._requests.clear()
             self._scripts.clear()
             self._message_ids.clear()
@@ -211,6 +216,10 @@ class FakeTelegram(_PeopleSide):
             return web.Response(status=400)
         if method == "sendMessage":
             return await self._send_message(request, token, params, at)
+        if method in SEND_METHODS or method in FOLLOW_UP_METHODS:
+            chat_id = _parse_chat_id(params.get("chat_id"))
+            answer = self._kind(method, params, token)
+            return await self._answer(bot_id, chat_id, method, at, answer)
         if method == "getUpdates":
             return await self._answer(bot_id, None, method, at, await self._get_updates(params))
         handler = {
