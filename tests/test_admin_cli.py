@@ -25,7 +25,7 @@ def one_line(err: str) -> str:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["list", "--holat", "foo"], "--holat: unknown state 'foo': use one of kutmoqda "
+        (["list", "--holat", "foo"], "--state: unknown state 'foo': use one of kutmoqda "
          "(pending), bajarilmoqda (in progress), bajarildi (done), xato (failed)"),
         (["list", "--limit", "ten"], "--limit: 'ten' is not a whole number"),
         (["list", "--limit", "0"], "--limit: '0' must be at least 1"),

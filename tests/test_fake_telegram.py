@@ -363,7 +363,10 @@ def test_control_api_over_http(fake: FakeTelegram) -> None:
             "wall",
             "parse_mode",
             "bot_id",
+            "method",  # what the message was sent with (sendMessage here), and an album's items
+            "media",
         }
+        assert rows[0]["method"] == "sendMessage"
         assert control.get("/delivered", params={"chat_id": 77}).json() == []
         assert control.post("/reset").json() == {"ok": True}
         assert control.get("/stats").json() == {"delivered": 0, "requests": 0, "rejected_429": 0}
