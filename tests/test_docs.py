@@ -61,9 +61,9 @@ def blocks_of(text: str, page: str) -> list[Block]:
     for match in _FENCE.finditer(text):
         words = match["info"].split()
         indent = match["indent"]
-        body = "\n".join(
-            line.removeprefix(indent) for line in match["body"].splitlines()
-        ).rstrip("\n")
+        body = "\n".join(line.removeprefix(indent) for line in match["body"].splitlines()).rstrip(
+            "\n"
+        )
         found.append(
             Block(
                 page,
@@ -159,3 +159,38 @@ def test_the_blocks_run_as_written(page: Path, db_url: str, tmp_path: Path) -> N
             assert texts == ["To'lov qabul qilindi"]
     finally:
         fake.stop_thread()
+
+
+_LINK = re.compile(r"\]\((?P<target>[^)\s]+)\)|src=\"(?P<src>[^\"]+)\"")
+
+
+def _slug(heading: str) -> str:
+    # GitHub's anchors: lower case, punctuation dropped, spaces to hyphens.
+    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
+    return text.replace(" ", "-")
+
+
+def _anchors(page: Path) -> set[str]:
+    text = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    return {_slug(m[1]) for m in re.finditer(r"^#+ (.+)$", text, re.MULTILINE)}
+
+
+def broken_links(page: Path) -> list[str]:
+    text = _FENCE.sub("", page.read_text(encoding="utf-8"))
+    bad = []
+    for match in _LINK.finditer(text):
+        target = match["target"] or match["src"]
+        if re.match(r"[a-z]+:", target):  # https:, mailto:
+            continue
+        path, _, anchor = target.partition("#")
+        goal = (page.parent / path).resolve() if path else page
+        if not goal.exists():
+            bad.append(f"{page.relative_to(ROOT)}: {target}: no such file")
+        elif anchor and goal.suffix == ".md" and anchor not in _anchors(goal):
+            bad.append(f"{page.relative_to(ROOT)}: {target}: no such heading")
+    return bad
+
+
+def test_every_link_between_the_pages_holds() -> None:
+    problems = [p for page in PAGES for p in broken_links(page)]
+    assert not problems, "\n".join(problems)

@@ -39,8 +39,8 @@ script a fault: POST /_fake/script {"fault": {"kind": ...}, "chat_id": N, "times
 
   curl -s localhost:8081/_fake/script -d '{"fault": {"kind": "retry_after", "seconds": 5}}'
   curl -s localhost:8081/_fake/script -d '{"chat_id": 42, "fault": {"kind": "forbidden"}}'
-  curl -s localhost:8081/_fake/script -d '{"fault": {"kind": "server_error", "status": 502}, "times": 3}'
-  curl -s localhost:8081/_fake/script -d '{"fault": {"kind": "slow", "seconds": 15}}'
+  curl -s localhost:8081/_fake/script -d '{"fault": {"kind": "server_error", "status": 503}}'
+  curl -s localhost:8081/_fake/script -d '{"fault": {"kind": "slow", "seconds": 15}, "times": 3}'
 
 a user's message: POST /_fake/message {"chat_id": N, "text": ..., "first_name": ...}
   an update for the bot's getUpdates (or its webhook); answers the update_id
