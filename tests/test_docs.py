@@ -31,7 +31,7 @@ NOT_COMMANDS = frozenset({"text", "ini", "yaml", "json"})
 NO_RUN = "no-run"
 # What the README's set-up block exports, and what the test gives every block instead.
 PROVIDED = ("OUTBOX_TELEGRAM_API_URL", "TELEGRAM_BOT_TOKEN", "OUTBOX_DATABASE_URL")
-BLOCK_TIMEOUT = 180.0
+BLOCK_TIMEOUT = 240.0
 
 _FENCE = re.compile(
     r"^(?P<indent>[ \t]*)```(?P<info>[^`\n]*)\n(?P<body>.*?)^(?P=indent)```[ \t]*$",

@@ -78,7 +78,7 @@ def test_the_help_names_every_route_and_fault(capsys: pytest.CaptureFixture[str]
 
 def test_every_curl_line_of_the_help_works(fake_telegram: FakeTelegram) -> None:
     keyboard = {"inline_keyboard": [[{"text": "✅ Bajarildi", "callback_data": "done:1"}]]}
-    for _ in range(3):  # the press example names message 3 of chat 42
+    for _ in range(5):  # the press example names message 5 of chat 42
         status, _answer = _send_message(fake_telegram, 42, reply_markup=keyboard)
         assert status == 200
     lines = _curl_lines()

@@ -48,7 +48,8 @@ a user's message: POST /_fake/message {"chat_id": N, "text": ..., "first_name": 
 
 a button press: POST /_fake/press {"chat_id": N, "message_id": N, "text" or "data": ...}
   a callback query on a delivered message's inline button, named by its text or its data
-  curl -s localhost:8081/_fake/press -d '{"chat_id": 42, "message_id": 3, "text": "✅ Bajarildi"}'
+  (a chat's message ids count both sides, as Telegram's do: the user's messages take ids too)
+  curl -s localhost:8081/_fake/press -d '{"chat_id": 42, "message_id": 5, "text": "✅ Bajarildi"}'
 
 every answer late, or Telegram's limits: POST /_fake/config {"latency": S, "enforce_limits": B}
   curl -s localhost:8081/_fake/config -d '{"latency": 0.1, "enforce_limits": true}'
