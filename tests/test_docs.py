@@ -194,3 +194,23 @@ def broken_links(page: Path) -> list[str]:
 def test_every_link_between_the_pages_holds() -> None:
     problems = [p for page in PAGES for p in broken_links(page)]
     assert not problems, "\n".join(problems)
+
+
+def _glossary() -> str:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    start = text.index("## Glossary")
+    return text[start : text.index("\n## ", start + 1)]
+
+
+def test_the_glossary_has_every_word_of_the_tables() -> None:
+    # A new column (outbox/vocabulary.py) or table (a migration) is a new word for a newcomer.
+    from outbox.states import State
+    from outbox.vocabulary import HISTORY, OUTBOX
+
+    glossary = _glossary()
+    tables = set()
+    for migration in (ROOT / "migrations" / "versions").glob("outbox_*.py"):
+        tables |= set(re.findall(r"CREATE (?:UNLOGGED )?TABLE \{s\}\.(\w+)", migration.read_text()))
+    words = {n.column for n in OUTBOX + HISTORY} | {str(s) for s in State} | tables
+    missing = sorted(w for w in words - {"id", "payload"} if f"`{w}`" not in glossary)
+    assert not missing, f"not in the README's glossary: {missing}"
