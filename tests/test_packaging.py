@@ -57,3 +57,15 @@ def test_every_data_file_of_the_packages_is_in_package_data() -> None:
             if not any(fnmatch.fnmatch(path.name, pattern) for pattern in data.get(package, [])):
                 unshipped.append(str(path.relative_to(ROOT)))
     assert unshipped == [], f"files no package-data pattern ships: {sorted(unshipped)}"
+
+
+def test_the_async_extra_brings_greenlet() -> None:
+    # SQLAlchemy 2.1 no longer installs greenlet by itself, and its asyncio extension (which
+    # the *_async enqueue twins run on) cannot start without it: the extra must ask for it.
+    config: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    extras: dict[str, list[str]] = config["project"]["optional-dependencies"]
+    wanted = {"greenlet", "sqlalchemy[asyncio]"}
+    names = {r.split(">")[0].split("=")[0].strip().lower() for r in extras["async"]}
+    assert names & wanted, extras["async"]
+    own = [r.split("[", 1)[1] for r in extras["dev"] if r.startswith("outbox-telegram[")]
+    assert any("async" in r.split("]")[0].split(",") for r in own), extras["dev"]

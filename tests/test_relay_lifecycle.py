@@ -1,6 +1,7 @@
-"""The relay's stop, service by service, in the order the README draws: the claimer stops, the
-send pool drains within the grace while the completer keeps writing, the completer writes the
-rest, then flood control, the listener and maintenance; a second stop cuts the grace short."""
+"""The relay's stop, service by service, in the order docs/how-it-works.md draws: the claimer
+stops, the send pool drains within the grace while the completer keeps writing, the completer
+writes the rest, then flood control, the listener and maintenance; a second stop cuts
+the grace short."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Chromium and its driver come from the distribution (``apt-get install chromium
 chromium-driver``; ``.ci/run`` installs them); selenium drives them. Without them these tests
 skip and say why. ``OUTBOX_SCREENSHOTS=1`` also writes docs/web-desktop.png and
-docs/web-phone.png (the README's pictures).
+docs/web-phone.png (the pictures of docs/web.md).
 """
 
 from __future__ import annotations
