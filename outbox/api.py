@@ -72,6 +72,16 @@ def _check_label(value: str, field: str) -> None:
         )
 
 
+def check_destination(queue: str, batch: str | None) -> None:
+    """The queue a message goes to and the batch it belongs to, or ``InvalidInput``."""
+    try:
+        validate_queue(queue)
+    except ConfigError as err:
+        raise InvalidInput(str(err)) from None
+    if batch is not None:
+        check_batch_name(batch)
+
+
 def _enqueue_steps(
     *,
     key: str,
@@ -82,12 +92,7 @@ def _enqueue_steps(
     queue: str,
     batch: str | None = None,
 ) -> queries.Steps:
-    try:
-        validate_queue(queue)
-    except ConfigError as err:
-        raise InvalidInput(str(err)) from None
-    if batch is not None:
-        check_batch_name(batch)
+    check_destination(queue, batch)
     if not isinstance(key, str) or not key:
         raise InvalidInput("an outbox message needs a non-empty key")
     _check_label(key, "key")

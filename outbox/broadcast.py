@@ -14,7 +14,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from outbox import queries
-from outbox.api import REMINDER, _check_label, _checked_payload
+from outbox.api import REMINDER, _check_label, _checked_payload, check_destination
 from outbox.errors import ConfigError, InvalidInput
 from outbox.queries import BatchProgress, Pause, Scope, SyncConn
 from outbox.queries.pause import check_batch_name
@@ -46,12 +46,7 @@ def _enqueue_many_steps(
     queue: str,
     batch: str | None,
 ) -> queries.Steps:
-    try:
-        validate_queue(queue)
-    except ConfigError as err:
-        raise InvalidInput(str(err)) from None
-    if batch is not None:
-        check_batch_name(batch)
+    check_destination(queue, batch)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")

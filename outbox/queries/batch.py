@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from outbox.queries._common import Steps, SyncConn, _execute, _text
+from outbox.queries.operator import CANCELLED_BY_OPERATOR
 from outbox.queries.pause import Pause, Scope
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import FailureCode
@@ -175,18 +176,7 @@ def batch_progress(
 # An operator's cancel of a whole batch, as the web page cancels one message: the waiting rows
 # move to xato with the reason, replayable. Rows a relay holds now are on their way to Telegram
 # and are left to finish.
-_CANCEL_BATCH = """
-UPDATE {outbox}
-SET holat = {failed},
-    oxirgi_xato = 'cancelled by operator',
-    xato_turi = :code,
-    xato_vaqti = now(),
-    tarix = tarix || jsonb_build_array(jsonb_build_object(
-        'vaqt', now(), 'urinish', urinish, 'hodisa', 'cancelled by operator',
-        'xato_turi', CAST(:code AS text))),
-    yangilangan = now()
-WHERE partiya = :partiya AND holat = {pending}
-"""
+_CANCEL_BATCH = CANCELLED_BY_OPERATOR + "WHERE partiya = :partiya AND holat = {pending}\n"
 
 
 def cancel_batch(conn: SyncConn, name: str, *, schema: str) -> int:

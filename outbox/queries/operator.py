@@ -389,7 +389,7 @@ def search_messages(conn: SyncConn, text: str, *, schema: str, limit: int = 100)
 # An operator's cancel keeps the row, unlike the app's (which deletes): it moves to xato with
 # the reason in oxirgi_xato and tarix, so the page still shows what was withdrawn, by whom and
 # when, and a replay undoes it. Only a waiting row: a claimed one may be on its way to Telegram.
-_CANCEL_BY_OPERATOR = """
+CANCELLED_BY_OPERATOR = """
 UPDATE {outbox}
 SET holat = {failed},
     oxirgi_xato = 'cancelled by operator',
@@ -399,9 +399,8 @@ SET holat = {failed},
         'vaqt', now(), 'urinish', urinish, 'hodisa', 'cancelled by operator',
         'xato_turi', CAST(:code AS text))),
     yangilangan = now()
-WHERE id = :id AND holat = {pending}
-RETURNING id
 """
+_CANCEL_BY_OPERATOR = CANCELLED_BY_OPERATOR + "WHERE id = :id AND holat = {pending}\nRETURNING id\n"
 
 
 def cancel_by_operator(conn: SyncConn, message_id: int, *, schema: str) -> bool:
