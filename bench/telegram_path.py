@@ -142,7 +142,7 @@ def run(server: Server, options: Options) -> list[Figure]:
     with FakeBotApi() as fake:
         ptb_alone(fake.url, 500, plain=False)  # warm-up: imports, first connections
         # Alternate the two, each on half the messages per round, so that noise hits both alike.
-        # python-telegram-bot's default request is slow (see the README): a quarter of the
+        # python-telegram-bot's default request is slow (see docs/performance.md): a quarter of the
         # messages, in the first round only, tell its rate well enough.
         fake.reset()
         plain.append(ptb_alone(fake.url, messages // 4, plain=True))

@@ -128,7 +128,7 @@ def _bad_request_failure(err: tg.BadRequest, message: str, method: str) -> Failu
     reason = f"Telegram rejected the message (400): {message}"
     if code is FailureCode.CANNOT_DELETE:
         # Bots may delete their messages for 48 hours only: the row ends xato, saying so; the
-        # app may send an editMessageText instead (the README's follow-ups section).
+        # app may send an editMessageText instead (docs/sending.md, follow-ups).
         reason += " (bots can delete messages for 48 hours; edit it instead)"
     if "failed to send message #" in lowered:
         reason += "; the album's earlier items may have been delivered"

@@ -2,7 +2,7 @@
 the one asked for, and turns every mistake into one line and an exit code.
 
 Every flag has an environment twin (shown in ``--help``). Mistakes a person can make end in
-one line on stderr and a non-zero exit code (see the README), never a traceback.
+one line on stderr and a non-zero exit code (docs/cli.md), never a traceback.
 """
 
 from __future__ import annotations

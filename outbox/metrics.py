@@ -40,7 +40,7 @@ _OUTCOMES = {
     "already_sent": "completed without sending: the key had a sent marker",
     "retried": "failed and rescheduled",
     "failed": "moved to xato",
-    "deferred": "handed back to respect a chat's rate limit",
+    "deferred": "handed back unsent: late for its reserved moment, or held by a flood pause",
     "released": "handed back unsent (shutdown, rejected token)",
     "cancelled": "withdrawn by the app after the claim",
     "fenced_out": "outcome discarded: the claim had been reaped",

@@ -1,6 +1,6 @@
 """The outbox's own Alembic history, beside whatever history the host app keeps.
 
-Two ways to adopt it (README, "Adding the outbox to your app"):
+Two ways to adopt it (docs/adopting.md):
 
 * ``outbox migrate`` (or :func:`upgrade`): the outbox's revisions, recorded in their own version
   table ``outbox_alembic_version`` in the outbox's schema; the host's ``alembic_version`` is

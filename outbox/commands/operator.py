@@ -1,7 +1,7 @@
 """The operator's commands: list, show, replay and status. Safe while relays run.
 
 Each parses, opens the database, calls one function of ``outbox.api`` and prints. Exit codes
-(the README lists them): 0 done; 2 invalid input or unknown id; 3 bad database URL; 4 database
+(docs/cli.md lists them): 0 done; 2 invalid input or unknown id; 3 bad database URL; 4 database
 unreachable; 5 schema missing; 7 replay refused for a row (the reason is printed); 8 ``status``
 found a problem.
 """
