@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from outbox import queries
@@ -39,6 +39,8 @@ __all__ = [
 ]
 
 REMINDER = "eslatma"
+# The priorities the table accepts (outbox_0005's check says the same).
+MIN_PRIORITY, MAX_PRIORITY = -10, 10
 DEFAULT_LEASE_SECONDS = 300.0
 
 
@@ -77,6 +79,9 @@ def _enqueue_steps(
     run_at: datetime | None,
     schema: str | None,
     queue: str,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> queries.Steps:
     try:
         validate_queue(queue)
@@ -88,8 +93,7 @@ def _enqueue_steps(
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    if run_at is not None and run_at.tzinfo is None:
-        raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
+    lane = _checked_lane(run_at=run_at, priority=priority, early=early, expires_at=expires_at)
     return queries.enqueue(
         schema=resolve_schema(schema),
         kind=kind,
@@ -97,7 +101,51 @@ def _enqueue_steps(
         payload=_checked_payload(payload),
         run_at=run_at,
         queue=queue,
+        lane=lane,
     )
+
+
+def _aware(value: object, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{field} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{field} must be timezone-aware (a naive time is ambiguous)")
+    return value
+
+
+def _checked_lane(
+    *, run_at: object, priority: object, early: object, expires_at: object
+) -> queries.Lane:
+    """The message's place among the bot's others; each mistake refused in one line (the
+    table's checks say the same for plain SQL)."""
+    moment = _aware(run_at, "run_at")
+    expiry = _aware(expires_at, "expires_at")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidInput(f"priority must be a whole number, got {priority!r}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidInput(
+            f"priority {priority} is out of range: from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    earliest = None
+    if early is not None:
+        if not isinstance(early, timedelta):
+            raise InvalidInput(f"early must be a timedelta, got {type(early).__name__}")
+        if early < timedelta(0):
+            raise InvalidInput(f"early must not be negative, got {early}")
+        if moment is None:
+            raise InvalidInput("early needs run_at: the moment the message may go early for")
+        try:
+            earliest = moment - early
+        except OverflowError:
+            raise InvalidInput(f"early {early} reaches before the year 1") from None
+    if expiry is not None:
+        if moment is not None and expiry < moment:
+            raise InvalidInput(f"expires_at {expiry} is before run_at {moment}")
+        if moment is None and expiry <= datetime.now(UTC):
+            raise InvalidInput(f"expires_at {expiry} has already passed")
+    return queries.Lane(priority=priority, earliest=earliest, expires_at=expiry)
 
 
 def enqueue(
@@ -109,6 +157,9 @@ def enqueue(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -118,9 +169,23 @@ def enqueue(
     (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
     field). ``run_at`` (timezone-aware) delays the message; the default is now. ``queue``
     names the bot that sends it: a relay serves the queues it is told to (``--queue``).
+
+    Lanes, within the bot's one budget: ``priority`` (-10..10, default 0) goes first when
+    higher (one send slot in ten still goes to the oldest due row, so a low priority is never
+    starved); ``early`` lets the message go from ``run_at - early`` when the bot's planned
+    sends would otherwise miss ``run_at`` (never earlier than needed); ``expires_at``: never
+    sent after it; such a row ends ``xato`` with the code ``expired``.
     """
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
+        key=key,
+        payload=payload,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
     )
     return Enqueued(*queries.run_sync(conn, steps))
 
@@ -134,10 +199,21 @@ async def enqueue_async(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue
+        key=key,
+        payload=payload,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
     )
     return Enqueued(*await queries.run_async(conn, steps))
 

@@ -139,6 +139,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         "claimed_at": None,
         "wait": 0.25,
         "queue": "shop",
+        "expires_in": 3.5,
         "extra": "a column added to the list",
     }
     expected = queries.ClaimedRow(
@@ -151,6 +152,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         claimed_at=None,  # type: ignore[arg-type]
         wait=0.25,
         queue="shop",
+        expires_in=3.5,
     )
     for names in (list(values), list(reversed(values))):
         make = queries.relay._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
@@ -174,8 +176,8 @@ def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
         marker=None,
     )
     assert list(presentation.message_json(message)) == [
-        "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "band_vaqti",
-        "oxirgi_xato", "xato_turi", "xato_vaqti", "yaratilgan", "yangilangan", "payload", "tarix",
+        "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "ustuvorlik",
+        "eng_erta", "eskirish", "band_vaqti", "oxirgi_xato", "xato_turi", "xato_vaqti", "yaratilgan", "yangilangan", "payload", "tarix",
         "yuborilgan",
     ]  # fmt: skip
     assert presentation.messages_table([message])[0].split() == [

@@ -29,7 +29,7 @@ from outbox.queries._common import (
     schema_facts,
     schema_facts_sync,
 )
-from outbox.queries.app import cancel, enqueue, update_pending
+from outbox.queries.app import Lane, cancel, enqueue, update_pending
 from outbox.queries.maintenance import (
     Pruned,
     Reaped,
@@ -76,6 +76,7 @@ __all__ = [
     "Activity",
     "ClaimLimits",
     "ClaimedRow",
+    "Lane",
     "Message",
     "Outcome",
     "Pruned",

@@ -10,18 +10,28 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from outbox.queries._common import Steps, _text
 from outbox.schema import DEFAULT_QUEUE
 
 # --- enqueue: runs inside the caller's transaction, never commits ---------------------------
 
+
+class Lane(NamedTuple):
+    """A message's place among its bot's others (outbox_0005's columns)."""
+
+    priority: int = 0  # ustuvorlik
+    earliest: datetime | None = None  # eng_erta
+    expires_at: datetime | None = None  # eskirish
+
+
 _ENQUEUE = """
 WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat)
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, ustuvorlik, eng_erta,
+                          eskirish)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb), coalesce(CAST(:run_at AS timestamptz), now()),
-            :navbat)
+            :navbat, :ustuvorlik, CAST(:eng_erta AS timestamptz), CAST(:eskirish AS timestamptz))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -41,9 +51,13 @@ def enqueue(
     payload: Mapping[str, Any],
     run_at: datetime | None,
     queue: str = DEFAULT_QUEUE,
+    lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
 ) -> Steps:
     """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
     params = {
+        "ustuvorlik": lane.priority,
+        "eng_erta": lane.earliest,
+        "eskirish": lane.expires_at,
         "tur": kind,
         "kalit": key,
         "payload": json.dumps(payload),

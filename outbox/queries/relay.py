@@ -24,6 +24,7 @@ from outbox.payload import read_json
 from outbox.queries._common import AsyncConn, _sql
 from outbox.ratelimit import MAX_FLOOD_PAUSE
 from outbox.schema import DEFAULT_BOT, DEFAULT_QUEUE
+from outbox.states import FailureCode
 
 # --- the relay's hot path ----------------------------------------------------------------------
 
@@ -40,6 +41,7 @@ class ClaimedRow(NamedTuple):
     claimed_at: datetime  # band_vaqti of this claim: with attempts, the fencing token
     wait: float = 0.0  # seconds from the claim until the row's reserved send slot
     queue: str = DEFAULT_QUEUE
+    expires_in: float | None = None  # seconds from the claim until its expiry (eskirish)
 
 
 class ClaimLimits(NamedTuple):
@@ -75,45 +77,114 @@ room AS (
                 ELSE least(%(limit)s, greatest(0, 1 + floor((%(horizon)s
                     - extract(epoch FROM (SELECT base - t0 FROM q)))
                     * %(rate)s)::int))
-           END AS n
+           END AS n,
+           -- The first slot of this claim reserved for the oldest due row, whatever its
+           -- priority (one slot in {share}, counted on the bot's slot clock, fleet-wide).
+           CASE WHEN %(rate)s > 0
+                THEN ({share} - 1 - floor(extract(epoch FROM (SELECT base FROM q)) * %(rate)s
+                                         + 0.5)::bigint %% {share}) %% {share}
+                ELSE {share} - 1 END AS first_reserved
+),
+plan AS (
+    -- Delivery windows: with the queue's windowed rows in deadline order, the k-th must
+    -- start by deadline_k - k / rate. The rows up to the last one past that moment may go
+    -- early (their window open); otherwise a row goes at its own time.
+    SELECT greatest(now(), max(d) FILTER (
+               WHERE d - make_interval(secs => k / %(rate)s) <= now())) AS until
+    FROM (SELECT keyingi_urinish AS d, row_number() OVER (ORDER BY keyingi_urinish, id) AS k
+          FROM {outbox}
+          WHERE holat = {pending} AND navbat = %(navbat)s AND eng_erta IS NOT NULL
+            AND keyingi_urinish > now()
+            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
+          ORDER BY keyingi_urinish, id
+          LIMIT {plan_rows}) w
+    WHERE %(rate)s > 0
+),
+clear AS (
+    -- A suspect of this queue due, or one this process holds (of any queue), waits alone.
+    SELECT NOT EXISTS (SELECT 1 FROM {outbox}
+                       WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
+                                         AND navbat = %(navbat)s)
+                                        OR (holat = {in_progress} AND egasi = %(holder)s)))
+           AS ok
 ),
 alone AS (
-    SELECT id, keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox}
+    SELECT id, keyingi_urinish, eskirish, payload ->> 'chat_id' AS chat, -1::float8 AS place
+    FROM {outbox}
     WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
       -- Asked first, so that the common case (no suspect due) skips the second question.
-      AND EXISTS (SELECT 1 FROM {outbox}
-                  WHERE yakka AND holat = {pending} AND keyingi_urinish <= now()
-                    AND navbat = %(navbat)s)
+      AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM {outbox}
                       WHERE egasi = %(holder)s AND holat = {in_progress})
     ORDER BY keyingi_urinish, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ),
-batch AS (
-    SELECT o.id, o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM {outbox} o
-    WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND NOT o.yakka
-      AND o.navbat = %(navbat)s
-      -- A suspect of this queue due, or one this process holds (of any queue), waits alone.
-      AND NOT EXISTS (SELECT 1 FROM {outbox}
-                      WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
-                                        AND navbat = %(navbat)s)
-                                       OR (holat = {in_progress} AND egasi = %(holder)s)))
+by_priority AS (
+    -- Priority first, then the row's moment: one walk of the index per priority, highest
+    -- first, until the claim is full.
+    SELECT r.*, row_number() OVER (ORDER BY r.ustuvorlik DESC, r.keyingi_urinish, r.id) - 1
+                AS place
+    FROM (SELECT b.* FROM generate_series(10, -10, -1) AS p(v)
+          CROSS JOIN LATERAL (
+              SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish,
+                     o.payload ->> 'chat_id' AS chat
+              FROM {outbox} o
+              WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND o.ustuvorlik = p.v
+                AND {claimable}
+              ORDER BY o.keyingi_urinish, o.id
+              -- A plain limit, so that the planner walks the index of pending rows; the
+              -- room is kept below (rows locked beyond it are let go at commit).
+              LIMIT %(limit)s
+              FOR UPDATE OF o SKIP LOCKED
+          ) b
+          LIMIT %(limit)s) r
+),
+oldest AS (
+    -- The starvation bound: the reserved slots go to the oldest due rows, in their order.
+    -- Asked only when the claim is full (else every due row is in it already).
+    SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish, o.payload ->> 'chat_id' AS chat
+    FROM {outbox} o
+    WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND {claimable}
+      AND (SELECT count(*) FROM by_priority) >= %(limit)s
     ORDER BY o.keyingi_urinish, o.id
-    -- A plain limit, so that the planner walks the index of pending rows; the room is kept
-    -- below (rows locked beyond it are let go at commit).
-    LIMIT %(limit)s
+    LIMIT 1 + %(limit)s / {share}
     FOR UPDATE OF o SKIP LOCKED
 ),
+reserved AS (
+    -- The j-th of them comes after first_reserved + j * (share - 1) rows by priority.
+    SELECT id, keyingi_urinish, eskirish, chat,
+           (SELECT first_reserved FROM room)
+           + (row_number() OVER (ORDER BY keyingi_urinish, id) - 1) * ({share} - 1) - 0.5
+           AS place
+    FROM oldest WHERE id NOT IN (SELECT id FROM by_priority)
+),
 found AS (
-    SELECT *, row_number() OVER (PARTITION BY chat ORDER BY keyingi_urinish, id) AS in_chat
-    FROM (SELECT * FROM alone UNION ALL SELECT * FROM batch) f
-    {busy_chats}
+    SELECT * FROM alone
+    UNION ALL SELECT id, keyingi_urinish, eskirish, chat, place FROM by_priority
+    UNION ALL SELECT * FROM reserved
+),
+expired AS (
+    -- Never sent after its expiry: failed here, where the claim meets it.
+    UPDATE {outbox} o
+    SET holat = {failed}, band_vaqti = NULL, egasi = NULL, yakka = false,
+        oxirgi_xato = 'expired at ' || o.eskirish || ' before it could be sent',
+        xato_turi = '{expired_code}', xato_vaqti = now(),
+        tarix = o.tarix || jsonb_build_array(jsonb_build_object(
+            'vaqt', now(), 'urinish', o.urinish, 'xato', 'expired before it was sent',
+            'xato_turi', '{expired_code}')),
+        yangilangan = now()
+    FROM found f
+    WHERE o.id = f.id AND f.eskirish <= now()
+),
+live AS (
+    SELECT *, row_number() OVER (PARTITION BY chat ORDER BY place) AS in_chat
+    FROM found WHERE eskirish IS NULL OR eskirish > now()
 ),
 slotted AS (
     -- One message per chat per claim; each takes the next send slot of the bot.
-    SELECT id, chat, row_number() OVER (ORDER BY keyingi_urinish, id) - 1 AS slot
-    FROM found WHERE in_chat = 1 OR chat IS NULL OR NOT %(chat_on)s
+    SELECT id, chat, row_number() OVER (ORDER BY place) - 1 AS slot
+    FROM live WHERE in_chat = 1 OR chat IS NULL OR NOT %(chat_on)s
 ),
 timed AS (
     SELECT id, chat,
@@ -151,8 +222,27 @@ WHERE o.id = t.id
 RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
           o.urinish AS attempts, o.band_vaqti AS claimed_at, o.navbat AS queue,
           (SELECT true FROM {yuborilgan} y WHERE y.kalit = o.kalit) IS NOT NULL AS already_sent,
-          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait
+          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait,
+          CASE WHEN isfinite(o.eskirish)
+               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in
 """
+# What a row must be to be claimed (by priority or as the oldest): due by its own time, or
+# inside its open window while the bot's plan is behind; not a suspect (those go alone); and,
+# with a per-bot limit, its chat may receive now. The chat is asked before the LIMIT, so that
+# a throttled chat's rows never fill a claim (head-of-line blocking).
+_CLAIMABLE = """o.keyingi_urinish <= (SELECT until FROM plan)
+                AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
+                AND NOT o.yakka AND (SELECT ok FROM clear)"""
+_BUSY_CHATS = """
+                AND NOT EXISTS (SELECT 1 FROM {chat_navbati} c
+                                WHERE c.bot = %(bot)s AND c.chat = o.payload ->> 'chat_id'
+                                  AND c.keyingi > now())"""
+# One send slot in RESERVED_SHARE goes to the oldest due row whatever its priority: a row with
+# k rows due before it waits at most about (k + 1) * RESERVED_SHARE / rate seconds, however many
+# higher-priority rows keep coming.
+RESERVED_SHARE = 10
+# The windows' plan looks at this many windowed rows ahead (about 3 minutes at 28/s).
+PLAN_ROWS = 5000
 # Send slots are reserved in the claim itself: no extra round trip. Each claimed row comes back
 # with the seconds until its slot; a slot taken by a row that is not sent stays unused (the
 # bot sends a little less, never more). A relay that dies holding slots holds back the others
@@ -176,19 +266,16 @@ def claim_holder() -> str:
     return _holder_of(os.getpid())
 
 
-# With a per-bot limit, a chat that may not receive yet is left out before it takes a send slot
-# (a slot taken and not used is the bot's loss). Without one, the check in ``chats`` is
-# enough, and this probe per row would cost a third of the claim.
-_BUSY_CHATS = """
-    WHERE NOT EXISTS (SELECT 1 FROM {chat_navbati} c
-                      WHERE c.bot = %(bot)s AND c.chat = f.chat AND c.keyingi > now())
-"""
-
-
 @functools.cache
 def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
-    template = _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
-    template = template.replace("{busy_chats}", _BUSY_CHATS if busy_chats else "")
+    claimable = _CLAIMABLE + (_BUSY_CHATS if busy_chats else "")
+    template = (
+        _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
+        .replace("{claimable}", claimable)
+        .replace("{share}", str(RESERVED_SHARE))
+        .replace("{plan_rows}", str(PLAN_ROWS))
+        .replace("{expired_code}", FailureCode.EXPIRED)
+    )
     return _sql(template, schema)
 
 
@@ -216,10 +303,9 @@ async def claim_due(
         "chat_gap": float(limits.chat_gap),
         "group_gap": float(limits.group_gap),
         "horizon": float(limits.horizon),
+        "lookahead": PLAN_ROWS / limits.per_bot if limits.per_bot > 0 else 0.0,
     }
-    statement = _claim_sql(
-        schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
-    )
+    statement = _claim_sql(schema, locked=limits.per_bot > 0, busy_chats=bool(params["chat_on"]))
     async with conn.cursor(row_factory=_claimed_rows) as cursor:
         await cursor.execute(statement, params)
         return await cursor.fetchall()
@@ -294,9 +380,12 @@ markers AS (
 UPDATE {outbox} o
 SET holat = r.holat,
     urinish = CASE WHEN r.refund THEN o.urinish - 1 ELSE o.urinish END,
-    keyingi_urinish = CASE WHEN r.holat = {pending}
-                           THEN now() + make_interval(secs => r.delay)
-                           ELSE o.keyingi_urinish END,
+    -- A row handed back unsent for a moment keeps its time, so it keeps its place in line;
+    -- a retry's time is capped at the row's expiry (where the claim fails it).
+    keyingi_urinish = CASE WHEN r.holat <> {pending} OR (r.refund AND r.delay <= 0)
+                           THEN o.keyingi_urinish
+                           ELSE least(now() + make_interval(secs => r.delay),
+                                      coalesce(o.eskirish, 'infinity')) END,
     band_vaqti = NULL,
     egasi = NULL,
     yakka = false,

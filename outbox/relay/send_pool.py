@@ -17,7 +17,7 @@ from outbox.relay.flood import FloodControl
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.retry import RetryPolicy, decide
-from outbox.states import State
+from outbox.states import FailureCode, State
 from outbox.telegram import Sender, SentMessage, send_message_args
 
 __all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
@@ -204,6 +204,8 @@ class SendPool:
             self._fail(row, classify(err))
             return
         loop = asyncio.get_running_loop()
+        # Loop time of the row's expiry: a send that would start after it is not made.
+        expires_at = None if row.expires_in is None else checked_at + row.expires_in
         if row.wait > 0:
             kept_at = await self._keep_slot(row, checked_at + row.wait)
             if kept_at is None:
@@ -229,6 +231,10 @@ class SendPool:
                 # goes back, and it books a new one after the pause.
                 self._limiter.cancel(booking)
                 continue
+            if expires_at is not None and loop.time() >= expires_at:
+                self._limiter.cancel(booking)
+                self._expire(row)
+                return
             stale = loop.time() - checked_at > RECHECK_AFTER
             if stale and not await self._still_claimed(row):
                 # The app withdrew the message (its task was completed, say) while it waited.
@@ -369,6 +375,20 @@ class SendPool:
                 error=decision.error,
                 error_code=decision.code,
                 # A group that moved stays moved, whatever happened to the resend.
+                new_chat_id=self._moved.get(id(row)),
+            )
+        )
+
+    def _expire(self, row: queries.ClaimedRow) -> None:
+        """Its expiry came while it waited for its turn: failed, never sent late."""
+        self._total.failed += 1
+        log.warning("outbox %s expired before it could be sent", row.id, extra=_about(row))
+        self._completer.record(
+            queries.Outcome.for_row(
+                row,
+                State.FAILED,
+                error="expired before it could be sent",
+                error_code=FailureCode.EXPIRED,
                 new_chat_id=self._moved.get(id(row)),
             )
         )
