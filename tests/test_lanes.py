@@ -13,13 +13,20 @@ import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue, replay
-from outbox.queries import ClaimLimits, Outcome, claim_due, ensure_bot, record_outcomes
+from outbox.queries import (
+    ClaimLimits,
+    Outcome,
+    claim_due,
+    ensure_bot,
+    queue_timing,
+    record_outcomes,
+)
 from outbox.queries.relay import RESERVED_SHARE
 from outbox.states import State
 from tests.support import text
 
 SCHEMA = "public"
-FAST = ClaimLimits(per_bot=1000.0, horizon=5.0)  # a budget that never runs out in a test
+FAST = ClaimLimits(per_bot=10.0, horizon=10.0)  # slots 0.1 s apart, 100 of them a claim
 
 
 def claim(db_url: str, limit: int, limits: ClaimLimits = ClaimLimits()) -> list[str]:  # noqa: B008
@@ -123,7 +130,7 @@ def test_a_row_handed_back_keeps_its_place(engine: sa.Engine, db_url: str) -> No
 
 
 def test_a_throttled_chat_does_not_fill_a_claim(engine: sa.Engine, db_url: str) -> None:
-    limits = ClaimLimits(per_bot=1000.0, chat_gap=60.0, group_gap=60.0, horizon=5.0)
+    limits = ClaimLimits(per_bot=10.0, chat_gap=60.0, group_gap=60.0, horizon=10.0)
     for n in range(30):  # one chat's rows ahead of another's
         add(engine, f"busy-{n}", 1, run_at=ago(engine, 100 - n))
     add(engine, "other", 2, run_at=ago(engine, 1))
@@ -237,3 +244,21 @@ def test_a_moment_at_utc_or_any_offset_is_the_same(engine: sa.Engine) -> None:
     found = row(engine, "w")
     assert found["eng_erta"] == moment - timedelta(seconds=70)
     assert found["eskirish"] == moment == found["keyingi_urinish"]
+
+
+def test_a_relay_wakes_when_the_plan_says_a_peak_must_start(engine: sa.Engine, db_url: str) -> None:
+    moment = ago(engine, -60)  # 2,800 rows at 28/s take 100 s: already 40 s behind
+    with engine.begin() as conn:
+        for n in range(2800):
+            enqueue(conn, key=f"p{n}", payload=text(n + 1), run_at=moment, early=timedelta(120))
+
+    async def timing(rate: float) -> float | None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            found = await queue_timing(conn, ["default"], schema=SCHEMA, horizon=1.0, rate=rate)
+            return found.next_due
+
+    behind = asyncio.run(timing(28.0))
+    assert behind is not None and behind <= 0
+    # Without a per-bot rate there is no plan: the rows are due at their moment.
+    alone = asyncio.run(timing(0.0))
+    assert alone is not None and alone > 30

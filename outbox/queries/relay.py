@@ -498,17 +498,47 @@ CROSS JOIN LATERAL (
           WHERE holat = {pending} AND navbat = q.navbat
           ORDER BY keyingi_urinish, id LIMIT 64) p
     LEFT JOIN {chat_navbati} c ON c.bot = %(bot)s AND c.chat = p.chat
+) d0
+CROSS JOIN LATERAL (
+    -- A windowed row may be due before its time: when the plan of the claim (its k-th row
+    -- must start by deadline_k - k / rate) says so, once its window is open.
+    SELECT least(d0.due, min(greatest(extract(epoch FROM w.eng_erta),
+                                      extract(epoch FROM w.keyingi_urinish) - w.k / %(rate)s)))
+           AS due, d0.first_due
+    FROM (SELECT keyingi_urinish, eng_erta,
+                 row_number() OVER (ORDER BY keyingi_urinish, id) AS k
+          FROM {outbox}
+          WHERE holat = {pending} AND navbat = q.navbat AND eng_erta IS NOT NULL
+            AND keyingi_urinish > now()
+            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
+          ORDER BY keyingi_urinish, id
+          LIMIT {plan_rows}) w
+    WHERE %(rate)s > 0
 ) d
 LEFT JOIN {bot_holati} h ON h.bot = %(bot)s
 """
 
 
 async def queue_timing(
-    conn: AsyncConn, queues: Sequence[str], *, schema: str, horizon: float, bot: str = DEFAULT_BOT
+    conn: AsyncConn,
+    queues: Sequence[str],
+    *,
+    schema: str,
+    horizon: float,
+    bot: str = DEFAULT_BOT,
+    rate: float = 0.0,
 ) -> QueueTiming:
-    """When ``queues`` may have work for a claim, and how long their bot is paused."""
-    params = {"queues": list(queues), "horizon": float(horizon), "bot": bot}
-    cursor = await conn.execute(_sql(_QUEUE_TIMING, schema), params)
+    """When ``queues`` may have work for a claim, and how long their bot is paused; with the
+    bot's ``rate``, a windowed row counts from when the claim's plan may send it early."""
+    params = {
+        "queues": list(queues),
+        "horizon": float(horizon),
+        "bot": bot,
+        "rate": float(rate),
+        "lookahead": PLAN_ROWS / rate if rate > 0 else 0.0,
+    }
+    statement = _sql(_QUEUE_TIMING.replace("{plan_rows}", str(PLAN_ROWS)), schema)
+    cursor = await conn.execute(statement, params)
     row = await cursor.fetchone()
     if row is None:
         return QueueTiming(None, 0.0)

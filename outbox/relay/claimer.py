@@ -198,6 +198,7 @@ class Claimer:
                     schema=config.schema,
                     horizon=config.slot_horizon,
                     bot=self._flood.bot,
+                    rate=self._claim_limits.per_bot,
                 )
             )
         except DatabaseLost:
