@@ -177,8 +177,8 @@ def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
     )
     assert list(presentation.message_json(message)) == [
         "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "ustuvorlik",
-        "eng_erta", "eskirish", "band_vaqti", "oxirgi_xato", "xato_turi", "xato_vaqti", "yaratilgan", "yangilangan", "payload", "tarix",
-        "yuborilgan",
+        "eng_erta", "eskirish", "band_vaqti", "oxirgi_xato", "xato_turi", "xato_vaqti",
+        "yaratilgan", "yangilangan", "payload", "tarix", "yuborilgan",
     ]  # fmt: skip
     assert presentation.messages_table([message])[0].split() == [
         "id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato",
