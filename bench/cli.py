@@ -11,7 +11,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from bench import db_path, growth, latency, lesson, limits, peers, report, telegram_path
+from bench import db_path, growth, lanes, latency, lesson, limits, peers, report, telegram_path
 from bench.harness import Figure, Options, Server, dump_json
 
 Part = Callable[[Server, Options], list[Figure]]
@@ -25,6 +25,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "growth": (growth.run, "5. claim cost beside 1M done rows; size with retention"),
     "limits": (limits.run, "6. Telegram's limits enforced by the fake Bot API, 60 s"),
     "peers": (peers.run, "7. procrastinate and PgQueuer on the workload of part 3"),
+    "lanes": (lanes.run, "8. lanes: a reply during a broadcast, a peak with and without windows"),
 }
 RESULTS_DIR = Path("bench/results")
 

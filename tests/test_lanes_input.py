@@ -54,3 +54,32 @@ def test_the_edges_of_a_lane_are_accepted() -> None:
     )
     _statement, params = next(steps)
     assert params["ustuvorlik"] == -10 and params["eng_erta"] == T == params["eskirish"]
+
+
+def test_show_and_its_json_give_the_lanes() -> None:
+    from outbox import presentation, queries
+
+    message = queries.Message(
+        id=1,
+        kind="eslatma",
+        key="k",
+        payload={},
+        state="kutmoqda",
+        attempts=0,
+        next_attempt_at=T,
+        claimed_at=None,
+        last_error=None,
+        history=[],
+        created_at=None,
+        updated_at=None,
+        marker=None,
+        priority=5,
+        earliest=T - timedelta(minutes=1),
+        expires_at=T + timedelta(hours=1),
+    )
+    shown = presentation.message_json(message)
+    assert shown["ustuvorlik"] == 5
+    assert shown["eng_erta"] == "2030-01-01T08:59:00+00:00"
+    assert shown["eskirish"] == "2030-01-01T10:00:00+00:00"
+    lines = presentation.message_lines(message)
+    assert any(line.split()[:2] == ["ustuvorlik", "5"] for line in lines)
