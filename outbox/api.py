@@ -39,8 +39,7 @@ __all__ = [
 ]
 
 REMINDER = "eslatma"
-# The priorities the table accepts (outbox_0005's check says the same).
-MIN_PRIORITY, MAX_PRIORITY = -10, 10
+MIN_PRIORITY, MAX_PRIORITY = queries.relay.MIN_PRIORITY, queries.relay.MAX_PRIORITY
 DEFAULT_LEASE_SECONDS = 300.0
 
 

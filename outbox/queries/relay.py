@@ -120,24 +120,14 @@ alone AS (
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ),
+{bands},
 by_priority AS (
     -- Priority first, then the row's moment: one walk of the index per priority, highest
-    -- first, until the claim is full.
+    -- first, until the claim is full (a CTE runs only as far as it is read: the LIMIT stops
+    -- the walks once it has its rows).
     SELECT r.*, row_number() OVER (ORDER BY r.ustuvorlik DESC, r.keyingi_urinish, r.id) - 1
                 AS place
-    FROM (SELECT b.* FROM generate_series(10, -10, -1) AS p(v)
-          CROSS JOIN LATERAL (
-              SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish,
-                     o.payload ->> 'chat_id' AS chat
-              FROM {outbox} o
-              WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND o.ustuvorlik = p.v
-                AND {claimable}
-              ORDER BY o.keyingi_urinish, o.id
-              -- A plain limit, so that the planner walks the index of pending rows; the
-              -- room is kept below (rows locked beyond it are let go at commit).
-              LIMIT %(limit)s
-              FOR UPDATE OF o SKIP LOCKED
-          ) b
+    FROM ({band_union}
           LIMIT %(limit)s) r
 ),
 oldest AS (
@@ -226,6 +216,20 @@ RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
           CASE WHEN isfinite(o.eskirish)
                THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in
 """
+# One priority's due rows, in order. A branch per priority, each naming its priority as a
+# constant: with the priority as a parameter (a LATERAL over the range) the planner walks the
+# index of all pending rows instead, filtering, for every priority without due rows.
+_BAND = """{name} AS (
+    SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish, o.payload ->> 'chat_id' AS chat
+    FROM {outbox} o
+    WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND o.ustuvorlik = {band}
+      AND {claimable}
+    ORDER BY o.keyingi_urinish, o.id
+    -- A plain limit, so that the planner walks the index of pending rows; the room is kept
+    -- below (rows locked beyond it are let go at commit).
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+)"""
 # What a row must be to be claimed (by priority or as the oldest): due by its own time, or
 # inside its open window while the bot's plan is behind; not a suspect (those go alone); and,
 # with a per-bot limit, its chat may receive now. The chat is asked before the LIMIT, so that
@@ -241,6 +245,8 @@ _BUSY_CHATS = """
 # k rows due before it waits at most about (k + 1) * RESERVED_SHARE / rate seconds, however many
 # higher-priority rows keep coming.
 RESERVED_SHARE = 10
+# The priorities the table accepts (outbox_0005's check); enqueue refuses others.
+MIN_PRIORITY, MAX_PRIORITY = -10, 10
 # The windows' plan looks at this many windowed rows ahead (about 3 minutes at 28/s).
 PLAN_ROWS = 5000
 # Send slots are reserved in the claim itself: no extra round trip. Each claimed row comes back
@@ -269,8 +275,17 @@ def claim_holder() -> str:
 @functools.cache
 def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
     claimable = _CLAIMABLE + (_BUSY_CHATS if busy_chats else "")
+    priorities = range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)
+    names = [f"band{p}" if p >= 0 else f"band_minus{-p}" for p in priorities]
+    bands = ",\n".join(
+        _BAND.replace("{name}", name).replace("{band}", str(p))
+        for name, p in zip(names, priorities, strict=True)
+    )
+    band_union = "\n          UNION ALL ".join(f"SELECT * FROM {name}" for name in names)
     template = (
         _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
+        .replace("{bands}", bands)
+        .replace("{band_union}", band_union)
         .replace("{claimable}", claimable)
         .replace("{share}", str(RESERVED_SHARE))
         .replace("{plan_rows}", str(PLAN_ROWS))
