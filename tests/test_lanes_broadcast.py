@@ -1,6 +1,7 @@
 """A person's reply during a broadcast: real ``reminders bot`` and ``outbox relay`` processes,
 the fake Bot API enforcing Telegram's limits. The full-size run (3,000 messages, timings) is
-``python -m bench --only lanes``; here the reply must overtake the broadcast."""
+``python -m bench --only lanes``; here the reply must overtake the broadcast, with two relays
+of the bot keeping its limits together."""
 
 from __future__ import annotations
 
@@ -33,6 +34,8 @@ def test_a_reply_overtakes_a_broadcast_and_the_broadcast_goes_on(
     env = relay_env(db_url, strict_fake.api_url, **DEFAULT_LIMITS, REMINDERS_POLL_TIMEOUT="1")
     relays = Relays(env, tmp_path)
     with relays.running(), bot_processes(env, tmp_path / "bots", strict_fake):
+        # Two relays of the bot: they share its budget and its priorities through the claim.
+        relays.start()
         relays.start()
         with engine.begin() as conn:
             for n in range(BROADCAST):  # bulk: the outbox's default priority
