@@ -345,6 +345,14 @@ _PAYLOAD = ClaimedRow._fields.index("payload")
 _make_claimed = ClaimedRow._make
 
 
+async def prefer_generic_plans(conn: AsyncConn) -> None:
+    """Plan the prepared claim once per connection. Planning it (a CTE per priority) takes
+    some milliseconds, and PostgreSQL's plan cache would keep planning it anew for each claim;
+    its generic plan is as good (measured beside 50,000 due rows). Not behind a transaction
+    pooler: a SET would stay with a server connection another client gets next."""
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
+
+
 _ENSURE_BOT = "INSERT INTO {bot_holati} (bot) VALUES (%(bot)s) ON CONFLICT (bot) DO NOTHING"
 
 
