@@ -130,13 +130,19 @@ by_priority AS (
     FROM ({band_union}
           LIMIT %(limit)s) r
 ),
+lower AS (
+    -- A due row of a lower priority than every row the claim took (one row of each lower
+    -- priority's walk is enough to know).
+    SELECT EXISTS ({lower_union}) AS waiting
+),
 oldest AS (
     -- The starvation bound: the reserved slots go to the oldest due rows, in their order.
-    -- Asked only when the claim is full (else every due row is in it already).
+    -- Asked only when the claim is full and a lower priority waits (else every due row it
+    -- would find is in the claim already, or comes in the claim's own order).
     SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish, o.payload ->> 'chat_id' AS chat
     FROM {outbox} o
     WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND {claimable}
-      AND (SELECT count(*) FROM by_priority) >= %(limit)s
+      AND (SELECT count(*) FROM by_priority) >= %(limit)s AND (SELECT waiting FROM lower)
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1 + %(limit)s / {share}
     FOR UPDATE OF o SKIP LOCKED
@@ -282,10 +288,15 @@ def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
         for name, p in zip(names, priorities, strict=True)
     )
     band_union = "\n          UNION ALL ".join(f"SELECT * FROM {name}" for name in names)
+    lower_union = "\n        UNION ALL ".join(
+        f"SELECT 1 FROM {name} WHERE {p} < (SELECT min(ustuvorlik) FROM by_priority)"
+        for name, p in zip(names, priorities, strict=True)
+    )
     template = (
         _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
         .replace("{bands}", bands)
         .replace("{band_union}", band_union)
+        .replace("{lower_union}", lower_union)
         .replace("{claimable}", claimable)
         .replace("{share}", str(RESERVED_SHARE))
         .replace("{plan_rows}", str(PLAN_ROWS))
