@@ -20,9 +20,10 @@ ustuvorlik, keyingi_urinish, id) over pending rows serves it.
 
 Locks: the revision holds the outbox table's ACCESS EXCLUSIVE lock (relays and the app wait)
 until it commits. A column with a constant default (or none) changes only the catalogue: no row
-is rewritten. Each check reads every row once; the index reads the pending rows. Measured on
-an outbox of 1,000,000 rows, 100,000 of them pending (embedded PostgreSQL, a busy 2-core
-machine): see the README's "Lanes" section for the figures.
+is rewritten. The three checks read every row once, together; the index reads the table and
+keeps the pending rows. Measured on an outbox of 1,000,000 rows, 100,000 of them pending
+(embedded PostgreSQL 16, a busy 2-core machine): the columns 6 ms, the checks 0.30 s, the index
+0.32 s; the whole upgrade 0.42-0.6 s. The checks' and the index's share grows with the table.
 """
 
 from __future__ import annotations
