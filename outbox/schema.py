@@ -36,6 +36,7 @@ DEFAULT_SCHEMA = "public"
 # The revision of the outbox's own migrations this code expects; every revision writes its id
 # into the outbox table's comment, which the relay and the commands check at start.
 SCHEMA_REVISION = "outbox_0005"
+# Oldest first.
 KNOWN_REVISIONS = ("outbox_0001", "outbox_0002", "outbox_0003", "outbox_0004", "outbox_0005")
 
 # Lower-case identifiers only: they need no quoting rules of their own in SQL or channel names,
