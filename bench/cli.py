@@ -15,6 +15,7 @@ from bench import (
     broadcast,
     db_path,
     growth,
+    lanes,
     latency,
     lesson,
     limits,
@@ -36,6 +37,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "limits": (limits.run, "6. Telegram's limits enforced by the fake Bot API, 60 s"),
     "peers": (peers.run, "7. procrastinate and PgQueuer on the workload of part 3"),
     "broadcast": (broadcast.run, "8. enqueue_many, a batch's progress and cancel, paused claims"),
+    "lanes": (lanes.run, "9. lanes: a reply during a broadcast, a peak with and without windows"),
 }
 RESULTS_DIR = Path("bench/results")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from outbox import queries
@@ -42,6 +42,7 @@ __all__ = [
 ]
 
 REMINDER = "eslatma"
+MIN_PRIORITY, MAX_PRIORITY = queries.relay.MIN_PRIORITY, queries.relay.MAX_PRIORITY
 DEFAULT_LEASE_SECONDS = 300.0
 
 
@@ -91,6 +92,9 @@ def _enqueue_steps(
     schema: str | None,
     queue: str,
     batch: str | None = None,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> queries.Steps:
     check_destination(queue, batch)
     if not isinstance(key, str) or not key:
@@ -99,8 +103,7 @@ def _enqueue_steps(
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    if run_at is not None and run_at.tzinfo is None:
-        raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
+    lane = _checked_lane(run_at=run_at, priority=priority, early=early, expires_at=expires_at)
     return queries.enqueue(
         schema=resolve_schema(schema),
         kind=kind,
@@ -109,7 +112,51 @@ def _enqueue_steps(
         run_at=run_at,
         queue=queue,
         batch=batch,
+        lane=lane,
     )
+
+
+def _aware(value: object, field: str) -> datetime | None:
+    if value is None:
+        return None
+    if not isinstance(value, datetime):
+        raise InvalidInput(f"{field} must be a datetime, got {type(value).__name__}")
+    if value.tzinfo is None or value.utcoffset() is None:
+        raise InvalidInput(f"{field} must be timezone-aware (a naive time is ambiguous)")
+    return value
+
+
+def _checked_lane(
+    *, run_at: object, priority: object, early: object, expires_at: object
+) -> queries.Lane:
+    """The message's place among the bot's others; each mistake refused in one line (the
+    table's checks say the same for plain SQL)."""
+    moment = _aware(run_at, "run_at")
+    expiry = _aware(expires_at, "expires_at")
+    if isinstance(priority, bool) or not isinstance(priority, int):
+        raise InvalidInput(f"priority must be a whole number, got {priority!r}")
+    if not MIN_PRIORITY <= priority <= MAX_PRIORITY:
+        raise InvalidInput(
+            f"priority {priority} is out of range: from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    earliest = None
+    if early is not None:
+        if not isinstance(early, timedelta):
+            raise InvalidInput(f"early must be a timedelta, got {type(early).__name__}")
+        if early < timedelta(0):
+            raise InvalidInput(f"early must not be negative, got {early}")
+        if moment is None:
+            raise InvalidInput("early needs run_at: the moment the message may go early for")
+        try:
+            earliest = moment - early
+        except OverflowError:
+            raise InvalidInput(f"early {early} reaches before the year 1") from None
+    if expiry is not None:
+        if moment is not None and expiry < moment:
+            raise InvalidInput(f"expires_at {expiry} is before run_at {moment}")
+        if moment is None and expiry <= datetime.now(UTC):
+            raise InvalidInput(f"expires_at {expiry} has already passed")
+    return queries.Lane(priority=priority, earliest=earliest, expires_at=expiry)
 
 
 def enqueue(
@@ -122,6 +169,9 @@ def enqueue(
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -133,9 +183,24 @@ def enqueue(
     names the bot that sends it: a relay serves the queues it is told to (``--queue``).
     ``batch`` names the broadcast it belongs to (``outbox batch NAME`` shows its progress; a
     batch is paused, resumed and cancelled as one); ``enqueue_many`` adds many at once.
+
+    Lanes, within the bot's one budget: ``priority`` (-10..10, default 0) goes first when
+    higher (one send slot in ten still goes to the oldest due row, so a low priority is never
+    starved); ``early`` lets the message go from ``run_at - early`` when the bot's planned
+    sends would otherwise miss ``run_at`` (never earlier than needed); ``expires_at``: never
+    sent after it; such a row ends ``xato`` with the code ``expired``.
     """
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        key=key,
+        payload=payload,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        batch=batch,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
     )
     return Enqueued(*queries.run_sync(conn, steps))
 
@@ -150,10 +215,22 @@ async def enqueue_async(
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        key=key,
+        payload=payload,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        batch=batch,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
     )
     return Enqueued(*await queries.run_async(conn, steps))
 

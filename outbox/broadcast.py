@@ -10,11 +10,17 @@ pause holds from the caller's commit on, for every relay.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from outbox import queries
-from outbox.api import REMINDER, _check_label, _checked_payload, check_destination
+from outbox.api import (
+    REMINDER,
+    _check_label,
+    _checked_lane,
+    _checked_payload,
+    check_destination,
+)
 from outbox.errors import ConfigError, InvalidInput
 from outbox.queries import BatchProgress, Pause, Scope, SyncConn
 from outbox.queries.pause import check_batch_name
@@ -45,13 +51,15 @@ def _enqueue_many_steps(
     schema: str | None,
     queue: str,
     batch: str | None,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> queries.Steps:
     check_destination(queue, batch)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    if run_at is not None and run_at.tzinfo is None:
-        raise InvalidInput("run_at must be timezone-aware (a naive time is ambiguous)")
+    lane = _checked_lane(run_at=run_at, priority=priority, early=early, expires_at=expires_at)
     checked = []
     for number, (key, payload) in enumerate(messages):
         if not isinstance(key, str) or not key:
@@ -65,6 +73,7 @@ def _enqueue_many_steps(
         run_at=run_at,
         queue=queue,
         batch=batch,
+        lane=lane,
     )
 
 
@@ -77,16 +86,28 @@ def enqueue_many(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> int:
     """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
     commits); return how many were new (a key already in the outbox is left as it is).
 
     Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
-    ``batch`` names the broadcast (``outbox batch NAME``). The list goes to the database as one
-    JSON document: split a list of millions into chunks of some ten thousand.
+    ``batch`` names the broadcast (``outbox batch NAME``); ``priority``, ``early`` and
+    ``expires_at`` are ``enqueue``'s, for every message of the list. The list goes to the
+    database as one JSON document: split a list of millions into chunks of some ten thousand.
     """
     steps = _enqueue_many_steps(
-        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        messages,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        batch=batch,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
     )
     return int(queries.run_sync(conn, steps))
 
@@ -100,10 +121,21 @@ async def enqueue_many_async(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    priority: int = 0,
+    early: timedelta | None = None,
+    expires_at: datetime | None = None,
 ) -> int:
     """``enqueue_many`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_many_steps(
-        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        messages,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        batch=batch,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
     )
     return int(await queries.run_async(conn, steps))
 

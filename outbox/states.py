@@ -39,3 +39,4 @@ class FailureCode(StrEnum):
     TOO_MANY_ATTEMPTS = "too_many_attempts"  # every attempt was used: failed for good
     CLAIM_EXPIRED = "claim_expired"  # the relay holding the claim died or hung (the reaper)
     CANCELLED = "cancelled"  # an operator cancelled the waiting message
+    EXPIRED = "expired"  # its expiry (eskirish) passed before it could be sent

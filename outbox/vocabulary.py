@@ -65,6 +65,9 @@ OUTBOX: tuple[Name, ...] = (
     _name("error_code", "xato_turi", "why the last attempt failed, as a word (FailureCode)"),
     _name("failed_at", "xato_vaqti", "when the row went to xato"),
     _name("batch", "partiya", "the batch (broadcast) the row belongs to, if any"),
+    _name("priority", "ustuvorlik", "higher goes first within the bot's budget (-10..10)"),
+    _name("earliest", "eng_erta", "may go from this time on, to keep a peak on time"),
+    _name("expires_at", "eskirish", "never sent after this time"),
 )
 
 # The sent marker (table yuborilgan) as a message shows it.

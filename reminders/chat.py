@@ -113,7 +113,13 @@ def _claim(session: Session, incoming: Incoming) -> bool:
 
 def _reply(session: Session, incoming: Incoming, text: str) -> None:
     payload = {"chat_id": incoming.chat_id, "text": fit_html(text), "parse_mode": "HTML"}
-    outbox.enqueue(session, key=reply_key(incoming), payload=payload, kind=REPLY_KIND)
+    outbox.enqueue(
+        session,
+        key=reply_key(incoming),
+        payload=payload,
+        kind=REPLY_KIND,
+        priority=service.REPLY_PRIORITY,
+    )
 
 
 def _local(moment: datetime, time_zone: str) -> str:

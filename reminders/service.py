@@ -32,6 +32,8 @@ from reminders.parsing import BIGINT_MAX
 
 __all__ = [
     "DEFAULT_REMIND_BEFORE",
+    "REMINDER_PRIORITY",
+    "REPLY_PRIORITY",
     "ScheduledReminder",
     "SignUp",
     "Snoozed",
@@ -58,6 +60,15 @@ __all__ = [
 ]
 
 DEFAULT_REMIND_BEFORE: tuple[timedelta, ...] = (timedelta(hours=1),)
+
+# The bot's lanes within its one Telegram budget: a person's reply first, reminders next, bulk
+# (the outbox's default, 0) last, so that /start answers at once during a broadcast.
+REPLY_PRIORITY = 10
+REMINDER_PRIORITY = 5
+# A reminder before the due time may go a little early when a peak (everyone's 09:00) would
+# otherwise make it late: a sixtieth of its lead, at most a minute ("in 1 hour" a minute
+# early). The at-due reminder never goes early.
+_MAX_EARLY = timedelta(minutes=1)
 
 # Dues a day inside datetime's range: shown in any time zone, they stay within it.
 _EARLIEST_DUE = datetime(1, 1, 2, tzinfo=UTC)
@@ -262,9 +273,18 @@ def _enqueue_reminder(
     send_at = max(moment, now)
     payload = _reminder_payload(task, offset_seconds, now)
     key = reminder_key(task.id, offset_seconds, task.due)
-    # run_at=None: the outbox's "now", so a moment that has passed goes out at once.
+    run_at = moment if moment > now else None  # None: the outbox's "now", for a passed moment
+    before = timedelta(seconds=offset_seconds)
+    # A reminder before the due time says "in 1 hour": after the due time it is wrong, so it
+    # expires then. The at-due one does not expire: late, it still tells the task is due.
     enqueued = outbox.enqueue(
-        session, key=key, payload=payload, run_at=moment if moment > now else None
+        session,
+        key=key,
+        payload=payload,
+        run_at=run_at,
+        priority=REMINDER_PRIORITY,
+        early=min(before / 60, _MAX_EARLY) if run_at is not None and before else None,
+        expires_at=task.due if before else None,
     )
     return ScheduledReminder(
         offset=timedelta(seconds=offset_seconds),
@@ -495,7 +515,11 @@ def snooze_task(session: Session, task_id: int, delay: timedelta) -> Snoozed:
     now = database_now(session)
     key = snooze_key(task.id, task.snoozes)
     enqueued = outbox.enqueue(
-        session, key=key, payload=_payload_at(task, now + delay), run_at=now + delay
+        session,
+        key=key,
+        payload=_payload_at(task, now + delay),
+        run_at=now + delay,
+        priority=REMINDER_PRIORITY,
     )
     reminder = ScheduledReminder(
         offset=task.due - (now + delay),

@@ -141,6 +141,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         "queue": "shop",
         "original": "[42, 7, null]",
         "original_state": None,
+        "expires_in": 3.5,
         "extra": "a column added to the list",
     }
     expected = queries.ClaimedRow(
@@ -154,6 +155,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         wait=0.25,
         queue="shop",
         original=[42, 7, None],  # a follow-up's original: its marker, decoded
+        expires_in=3.5,
     )
     for names in (list(values), list(reversed(values))):
         make = queries.relay._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
@@ -177,9 +179,9 @@ def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
         marker=None,
     )
     assert list(presentation.message_json(message)) == [
-        "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "band_vaqti",
-        "oxirgi_xato", "xato_turi", "xato_vaqti", "partiya", "yaratilgan", "yangilangan", "method",
-        "message_key", "payload", "tarix", "yuborilgan",
+        "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "ustuvorlik",
+        "eng_erta", "eskirish", "band_vaqti", "oxirgi_xato", "xato_turi", "xato_vaqti", "partiya",
+        "yaratilgan", "yangilangan", "method", "message_key", "payload", "tarix", "yuborilgan",
     ]  # fmt: skip
     assert presentation.messages_table([message])[0].split() == [
         "id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato",

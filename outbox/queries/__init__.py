@@ -32,7 +32,7 @@ from outbox.queries._common import (
     schema_facts,
     schema_facts_sync,
 )
-from outbox.queries.app import cancel, enqueue, sent_keys, update_pending
+from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.maintenance import (
     Pruned,
@@ -76,6 +76,7 @@ from outbox.queries.relay import (
     claim_due,
     claim_holder,
     ensure_bot,
+    prefer_generic_plans,
     queue_timing,
     record_outcomes,
     still_claimed,
@@ -90,6 +91,7 @@ __all__ = [
     "BatchProgress",
     "ClaimLimits",
     "ClaimedRow",
+    "Lane",
     "Message",
     "Outcome",
     "Pause",
@@ -127,6 +129,7 @@ __all__ = [
     "list_pauses",
     "list_relays",
     "pause",
+    "prefer_generic_plans",
     "prune",
     "queue_status",
     "queue_timing",

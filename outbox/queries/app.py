@@ -10,24 +10,37 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 from outbox.queries._common import Steps, _text
 from outbox.schema import DEFAULT_QUEUE
 
 # --- enqueue: runs inside the caller's transaction, never commits ---------------------------
 
+
+class Lane(NamedTuple):
+    """A message's place among its bot's others (outbox_0009's columns)."""
+
+    priority: int = 0  # ustuvorlik
+    earliest: datetime | None = None  # eng_erta
+    expires_at: datetime | None = None  # eskirish
+
+
 _ENQUEUE = """
 WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya)
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
+                          eng_erta, eskirish)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb),
-            -- A follow-up is due no sooner than its original, if that still waits.
-            greatest(coalesce(CAST(:run_at AS timestamptz), now()),
-                     CASE WHEN CAST(:payload AS jsonb) ? 'message_key' THEN
-                         (SELECT w.keyingi_urinish FROM {outbox} w
-                          WHERE w.kalit = CAST(:payload AS jsonb) ->> 'message_key'
-                            AND w.holat = {pending}) END),
-            :navbat, CAST(:partiya AS text))
+            -- A follow-up is due no sooner than its original, if that still waits (nor
+            -- later than its own expiry: the claim then fails it as expired).
+            least(greatest(coalesce(CAST(:run_at AS timestamptz), now()),
+                           CASE WHEN CAST(:payload AS jsonb) ? 'message_key' THEN
+                               (SELECT w.keyingi_urinish FROM {outbox} w
+                                WHERE w.kalit = CAST(:payload AS jsonb) ->> 'message_key'
+                                  AND w.holat = {pending}) END),
+                  CAST(:eskirish AS timestamptz)),
+            :navbat, CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
+            CAST(:eskirish AS timestamptz))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -50,9 +63,13 @@ def enqueue(
     run_at: datetime | None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
 ) -> Steps:
     """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
     params = {
+        "ustuvorlik": lane.priority,
+        "eng_erta": lane.earliest,
+        "eskirish": lane.expires_at,
         "tur": kind,
         "kalit": key,
         "payload": json.dumps(payload),

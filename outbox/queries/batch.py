@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from outbox.queries._common import Steps, SyncConn, _execute, _text
+from outbox.queries.app import Lane
 from outbox.queries.operator import CANCELLED_BY_OPERATOR
 from outbox.queries.pause import Pause, Scope
 from outbox.schema import DEFAULT_QUEUE
@@ -28,9 +29,11 @@ __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 # one NOTIFY from the statement trigger. Keys already present are left as they are.
 _ENQUEUE_MANY = """
 WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya)
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
+                          eng_erta, eskirish)
     SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
-           CAST(:partiya AS text)
+           CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
+           CAST(:eskirish AS timestamptz)
     FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING 1
@@ -47,6 +50,7 @@ def enqueue_many(
     run_at: datetime | None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
 ) -> Steps:
     """Insert ``(key, payload)`` pairs in one statement; the result is how many were new."""
     if not messages:
@@ -62,6 +66,9 @@ def enqueue_many(
         "run_at": run_at,
         "navbat": queue,
         "partiya": batch,
+        "ustuvorlik": lane.priority,
+        "eng_erta": lane.earliest,
+        "eskirish": lane.expires_at,
     }
     result = yield _text(_ENQUEUE_MANY, schema), params
     return int(result.scalar_one())

@@ -83,7 +83,7 @@ UPDATE {outbox} o
 SET holat = CASE WHEN {gives_up} THEN {failed} ELSE {pending} END,
     urinish = CASE WHEN r.shared THEN greatest(o.urinish - 1, 0) ELSE o.urinish END,
     yakka = true,
-    keyingi_urinish = now(),
+    keyingi_urinish = least(now(), coalesce(o.eskirish, 'infinity')),  -- the claim fails it
     band_vaqti = NULL,
     oxirgi_xato = CASE
         WHEN r.shared THEN 'claim expired after ' || %(lease)s || ' s while its relay held '

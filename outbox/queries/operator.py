@@ -52,6 +52,9 @@ class Message:
     error_code: str | None = None  # xato_turi: a FailureCode; None before outbox_0004
     failed_at: datetime | None = None  # xato_vaqti: when it went to xato (failed rows only)
     batch: str | None = None  # partiya: the broadcast it belongs to (outbox_0006)
+    priority: int = 0  # ustuvorlik: higher goes first within the bot's budget
+    earliest: datetime | None = None  # eng_erta: may go from then (its window opens)
+    expires_at: datetime | None = None  # eskirish: never sent after then
 
     @property
     def method(self) -> str:
@@ -106,6 +109,9 @@ def _message(row: Row[Any]) -> Message:
         error_code=fields["error_code"],
         failed_at=fields["failed_at"],
         batch=fields["batch"],
+        priority=fields["priority"],
+        earliest=fields["earliest"],
+        expires_at=fields["expires_at"],
     )
 
 
@@ -122,9 +128,10 @@ _FAILED_AT = "CASE WHEN o.holat = {failed} THEN coalesce(o.xato_vaqti, o.yangila
 # Payload and tarix come as text, decoded with a fallback (read_json): any row can be shown.
 _MESSAGE_COLUMNS = f"""
     {select("o", "id", "kind", "queue", "key", "state", "attempts", "last_error", "error_code",
-            "batch",
+            "batch", "priority",
             payload="{}::text", history="{}::text", next_attempt_at=_FINITE,
-            claimed_at=_FINITE, created_at=_FINITE, updated_at=_FINITE, failed_at=_FINITE)},
+            claimed_at=_FINITE, created_at=_FINITE, updated_at=_FINITE, failed_at=_FINITE,
+            earliest=_FINITE, expires_at=_FINITE)},
     {_MARKER_COLUMNS}
 """  # fmt: skip
 
@@ -230,6 +237,10 @@ WITH replayed AS (
     SET holat = {pending},
         urinish = 0,
         keyingi_urinish = now(),
+        -- Sent now: its window is over, and an expiry that has passed is lifted (the operator
+        -- asked for it; one still ahead stays).
+        eng_erta = NULL,
+        eskirish = CASE WHEN o.eskirish > now() THEN o.eskirish END,
         band_vaqti = NULL,
         egasi = NULL,
         yakka = false,

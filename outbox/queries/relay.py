@@ -25,6 +25,7 @@ from outbox.queries._common import AsyncConn, _sql
 from outbox.queries.pause import not_paused
 from outbox.ratelimit import MAX_FLOOD_PAUSE
 from outbox.schema import DEFAULT_BOT, DEFAULT_QUEUE
+from outbox.states import FailureCode
 
 # --- the relay's hot path ----------------------------------------------------------------------
 
@@ -46,6 +47,7 @@ class ClaimedRow(NamedTuple):
     # it has no marker; both None for every other row.
     original: Any = None
     original_state: str | None = None
+    expires_in: float | None = None  # seconds from the claim until its expiry (eskirish)
 
 
 class ClaimLimits(NamedTuple):
@@ -81,54 +83,114 @@ room AS (
                 ELSE least(%(limit)s, greatest(0, 1 + floor((%(horizon)s
                     - extract(epoch FROM (SELECT base - t0 FROM q)))
                     * %(rate)s)::int))
-           END AS n
+           END AS n,
+           -- The first slot of this claim reserved for the oldest due row, whatever its
+           -- priority (one slot in {share}, counted on the bot's slot clock, fleet-wide).
+           CASE WHEN %(rate)s > 0
+                THEN ({share} - 1 - floor(extract(epoch FROM (SELECT base FROM q)) * %(rate)s
+                                         + 0.5)::bigint %% {share}) %% {share}
+                ELSE {share} - 1 END AS first_reserved
+),
+plan AS (
+    -- Delivery windows: with the queue's windowed rows in deadline order, the k-th must
+    -- start by deadline_k - k / rate. The rows up to the last one past that moment may go
+    -- early (their window open); otherwise a row goes at its own time.
+    SELECT greatest(now(), max(d) FILTER (
+               WHERE d - make_interval(secs => k / %(rate)s) <= now())) AS until
+    FROM (SELECT keyingi_urinish AS d, row_number() OVER (ORDER BY keyingi_urinish, id) AS k
+          FROM {outbox} o
+          WHERE holat = {pending} AND navbat = %(navbat)s AND eng_erta IS NOT NULL
+            AND keyingi_urinish > now()
+            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
+            {not_paused_o}
+          ORDER BY keyingi_urinish, id
+          LIMIT {plan_rows}) w
+    WHERE %(rate)s > 0
+),
+clear AS (
+    -- A suspect of this queue due, or one this process holds (of any queue), waits alone;
+    -- a paused suspect does not hold back the queue.
+    SELECT NOT EXISTS (SELECT 1 FROM {outbox} s
+                       WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
+                                         AND navbat = %(navbat)s {not_paused_s})
+                                        OR (holat = {in_progress} AND egasi = %(holder)s)))
+           AS ok
 ),
 alone AS (
-    SELECT id, keyingi_urinish, {chat} AS chat, {weight} AS w FROM {outbox} o
+    SELECT id, keyingi_urinish, eskirish, {chat} AS chat, {weight} AS w, -1::float8 AS place
+    FROM {outbox} o
     WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
       {not_paused_o}
       -- Asked first, so that the common case (no suspect due) skips the second question.
-      AND EXISTS (SELECT 1 FROM {outbox}
-                  WHERE yakka AND holat = {pending} AND keyingi_urinish <= now()
-                    AND navbat = %(navbat)s)
+      AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM {outbox}
                       WHERE egasi = %(holder)s AND holat = {in_progress})
     ORDER BY keyingi_urinish, id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
 ),
-batch AS (
-    SELECT o.id, o.keyingi_urinish, {chat} AS chat, {weight} AS w
+{bands},
+by_priority AS (
+    -- Priority first, then the row's moment: one walk of the index per priority, highest
+    -- first, until the claim is full (a CTE runs only as far as it is read: the LIMIT stops
+    -- the walks once it has its rows).
+    SELECT r.*, row_number() OVER (ORDER BY r.ustuvorlik DESC, r.keyingi_urinish, r.id) - 1
+                AS place
+    FROM ({band_union}
+          LIMIT %(limit)s) r
+),
+lower AS (
+    -- A due row of a lower priority than every row the claim took (one row of each lower
+    -- priority's walk is enough to know).
+    SELECT EXISTS ({lower_union}) AS waiting
+),
+oldest AS (
+    -- The starvation bound: the reserved slots go to the oldest due rows, in their order.
+    -- Asked only when the claim is full and a lower priority waits (else every due row it
+    -- would find is in the claim already, or comes in the claim's own order).
+    SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish, {chat} AS chat, {weight} AS w
     FROM {outbox} o
-    WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND NOT o.yakka
-      AND o.navbat = %(navbat)s
-      {not_paused_o}
-      -- A follow-up (message_key) waits while its original is still to be sent.
-      AND (NOT o.payload ? 'message_key'
-           OR NOT EXISTS (SELECT 1 FROM {outbox} w WHERE w.kalit = o.payload ->> 'message_key'
-                          AND w.holat IN ({pending}, {in_progress})))
-      -- A suspect of this queue due, or one this process holds (of any queue), waits alone;
-      -- a paused suspect does not hold back the queue.
-      AND NOT EXISTS (SELECT 1 FROM {outbox} s
-                      WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
-                                        AND navbat = %(navbat)s {not_paused_s})
-                                       OR (holat = {in_progress} AND egasi = %(holder)s)))
+    WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND {claimable}
+      AND (SELECT count(*) FROM by_priority) >= %(limit)s AND (SELECT waiting FROM lower)
     ORDER BY o.keyingi_urinish, o.id
-    -- A plain limit, so that the planner walks the index of pending rows; the room is kept
-    -- below (rows locked beyond it are let go at commit).
-    LIMIT %(limit)s
+    LIMIT 1 + %(limit)s / {share}
     FOR UPDATE OF o SKIP LOCKED
 ),
+reserved AS (
+    -- The j-th of them comes after first_reserved + j * (share - 1) rows by priority.
+    SELECT id, keyingi_urinish, eskirish, chat, w,
+           (SELECT first_reserved FROM room)
+           + (row_number() OVER (ORDER BY keyingi_urinish, id) - 1) * ({share} - 1) - 0.5
+           AS place
+    FROM oldest WHERE id NOT IN (SELECT id FROM by_priority)
+),
 found AS (
-    SELECT *, row_number() OVER (PARTITION BY chat ORDER BY keyingi_urinish, id) AS in_chat
-    FROM (SELECT * FROM alone UNION ALL SELECT * FROM batch) f
-    {busy_chats}
+    SELECT * FROM alone
+    UNION ALL SELECT id, keyingi_urinish, eskirish, chat, w, place FROM by_priority
+    UNION ALL SELECT * FROM reserved
+),
+expired AS (
+    -- Never sent after its expiry: failed here, where the claim meets it.
+    UPDATE {outbox} o
+    SET holat = {failed}, band_vaqti = NULL, egasi = NULL, yakka = false,
+        oxirgi_xato = 'expired at ' || o.eskirish || ' before it could be sent',
+        xato_turi = '{expired_code}', xato_vaqti = now(),
+        tarix = o.tarix || jsonb_build_array(jsonb_build_object(
+            'vaqt', now(), 'urinish', o.urinish, 'xato', 'expired before it was sent',
+            'xato_turi', '{expired_code}')),
+        yangilangan = now()
+    FROM found f
+    WHERE o.id = f.id AND f.eskirish <= now()
+),
+live AS (
+    SELECT *, row_number() OVER (PARTITION BY chat ORDER BY place) AS in_chat
+    FROM found WHERE eskirish IS NULL OR eskirish > now()
 ),
 slotted AS (
     -- One message per chat per claim; each takes the next send slot of the bot (an album
     -- takes one slot per item: Telegram counts each).
-    SELECT id, chat, w, sum(w) OVER (ORDER BY keyingi_urinish, id) - w AS slot
-    FROM found WHERE in_chat = 1 OR chat IS NULL OR NOT %(chat_on)s
+    SELECT id, chat, w, sum(w) OVER (ORDER BY place) - w AS slot
+    FROM live WHERE in_chat = 1 OR chat IS NULL OR NOT %(chat_on)s
 ),
 timed AS (
     SELECT id, chat, w,
@@ -173,7 +235,9 @@ RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
                FROM {yuborilgan} y WHERE y.kalit = o.payload ->> 'message_key') END AS original,
           CASE WHEN o.payload ? 'message_key' THEN
               (SELECT w.holat || coalesce(':' || w.xato_turi, '') FROM {outbox} w
-               WHERE w.kalit = o.payload ->> 'message_key') END AS original_state
+               WHERE w.kalit = o.payload ->> 'message_key') END AS original_state,
+          CASE WHEN isfinite(o.eskirish)
+               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in
 """
 # The chat a row goes to; a follow-up's is its original's (edits share the chat's limits). The
 # marker is looked up only for a row without chat_id.
@@ -185,6 +249,44 @@ _CHAT = """coalesce(o.payload ->> 'chat_id',
 _WEIGHT = """CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
                 AND lower(o.payload ->> 'method') = 'sendmediagroup'
            THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10) ELSE 1 END"""
+# One priority's due rows, in order. A branch per priority, each naming its priority as a
+# constant: with the priority as a parameter (a LATERAL over the range) the planner walks the
+# index of all pending rows instead, filtering, for every priority without due rows.
+_BAND = """{name} AS (
+    SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish, {chat} AS chat, {weight} AS w
+    FROM {outbox} o
+    WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND o.ustuvorlik = {band}
+      AND {claimable}
+    ORDER BY o.keyingi_urinish, o.id
+    -- A plain limit, so that the planner walks the index of pending rows; the room is kept
+    -- below (rows locked beyond it are let go at commit).
+    LIMIT %(limit)s
+    FOR UPDATE OF o SKIP LOCKED
+)"""
+# What a row must be to be claimed (by priority or as the oldest): due by its own time, or
+# inside its open window while the bot's plan is behind; not a suspect (those go alone); and,
+# with a per-bot limit, its chat may receive now. The chat is asked before the LIMIT, so that
+# a throttled chat's rows never fill a claim (head-of-line blocking).
+_CLAIMABLE = """o.keyingi_urinish <= (SELECT until FROM plan)
+                AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
+                AND NOT o.yakka AND (SELECT ok FROM clear)
+                {not_paused_o}
+                -- A follow-up (message_key) waits while its original is still to be sent.
+                AND (NOT o.payload ? 'message_key'
+                     OR NOT EXISTS (SELECT 1 FROM {outbox} w
+                                    WHERE w.kalit = o.payload ->> 'message_key'
+                                      AND w.holat IN ({pending}, {in_progress})))"""
+_BUSY_CHATS = """
+                AND NOT EXISTS (SELECT 1 FROM {chat_navbati} c
+                                WHERE c.bot = %(bot)s AND c.chat = {chat} AND c.keyingi > now())"""
+# One send slot in RESERVED_SHARE goes to the oldest due row whatever its priority: a row with
+# k rows due before it waits at most about (k + 1) * RESERVED_SHARE / rate seconds, however many
+# higher-priority rows keep coming.
+RESERVED_SHARE = 10
+# The priorities the table accepts (outbox_0005's check); enqueue refuses others.
+MIN_PRIORITY, MAX_PRIORITY = -10, 10
+# The windows' plan looks at this many windowed rows ahead (about 3 minutes at 28/s).
+PLAN_ROWS = 5000
 # Send slots are reserved in the claim itself: no extra round trip. Each claimed row comes back
 # with the seconds until its slot; a slot taken by a row that is not sent stays unused (the
 # bot sends a little less, never more). A relay that dies holding slots holds back the others
@@ -208,21 +310,32 @@ def claim_holder() -> str:
     return _holder_of(os.getpid())
 
 
-# With a per-bot limit, a chat that may not receive yet is left out before it takes a send slot
-# (a slot taken and not used is the bot's loss). Without one, the check in ``chats`` is
-# enough, and this probe per row would cost a third of the claim.
-_BUSY_CHATS = """
-    WHERE NOT EXISTS (SELECT 1 FROM {chat_navbati} c
-                      WHERE c.bot = %(bot)s AND c.chat = f.chat AND c.keyingi > now())
-"""
-
-
 @functools.cache
 def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
-    template = _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
+    claimable = _CLAIMABLE + (_BUSY_CHATS if busy_chats else "")
+    priorities = range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)
+    names = [f"band{p}" if p >= 0 else f"band_minus{-p}" for p in priorities]
+    bands = ",\n".join(
+        _BAND.replace("{name}", name).replace("{band}", str(p))
+        for name, p in zip(names, priorities, strict=True)
+    )
+    band_union = "\n          UNION ALL ".join(f"SELECT * FROM {name}" for name in names)
+    lower_union = "\n        UNION ALL ".join(
+        f"SELECT 1 FROM {name} WHERE {p} < (SELECT min(ustuvorlik) FROM by_priority)"
+        for name, p in zip(names, priorities, strict=True)
+    )
+    template = (
+        _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
+        .replace("{bands}", bands)
+        .replace("{band_union}", band_union)
+        .replace("{lower_union}", lower_union)
+        .replace("{claimable}", claimable)
+        .replace("{share}", str(RESERVED_SHARE))
+        .replace("{plan_rows}", str(PLAN_ROWS))
+        .replace("{expired_code}", FailureCode.EXPIRED)
+    )
     for alias in ("o", "s"):
         template = template.replace(f"{{not_paused_{alias}}}", not_paused(alias).strip())
-    template = template.replace("{busy_chats}", _BUSY_CHATS if busy_chats else "")
     template = template.replace("{weight}", _WEIGHT).replace("{chat}", _CHAT)
     return _sql(template, schema)
 
@@ -251,10 +364,9 @@ async def claim_due(
         "chat_gap": float(limits.chat_gap),
         "group_gap": float(limits.group_gap),
         "horizon": float(limits.horizon),
+        "lookahead": PLAN_ROWS / limits.per_bot if limits.per_bot > 0 else 0.0,
     }
-    statement = _claim_sql(
-        schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
-    )
+    statement = _claim_sql(schema, locked=limits.per_bot > 0, busy_chats=bool(params["chat_on"]))
     async with conn.cursor(row_factory=_claimed_rows) as cursor:
         await cursor.execute(statement, params)
         return await cursor.fetchall()
@@ -280,6 +392,14 @@ def _claimed_rows(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[ClaimedRow]:
 
 _PAYLOAD = ClaimedRow._fields.index("payload")
 _make_claimed = ClaimedRow._make
+
+
+async def prefer_generic_plans(conn: AsyncConn) -> None:
+    """Plan the prepared claim once per connection. Planning it (a CTE per priority) takes
+    some milliseconds, and PostgreSQL's plan cache would keep planning it anew for each claim;
+    its generic plan is as good (measured beside 50,000 due rows). Not behind a transaction
+    pooler: a SET would stay with a server connection another client gets next."""
+    await conn.execute("SET plan_cache_mode = force_generic_plan")
 
 
 _ENSURE_BOT = "INSERT INTO {bot_holati} (bot) VALUES (%(bot)s) ON CONFLICT (bot) DO NOTHING"
@@ -333,9 +453,12 @@ markers AS (
 UPDATE {outbox} o
 SET holat = r.holat,
     urinish = CASE WHEN r.refund THEN o.urinish - 1 ELSE o.urinish END,
-    keyingi_urinish = CASE WHEN r.holat = {pending}
-                           THEN now() + make_interval(secs => r.delay)
-                           ELSE o.keyingi_urinish END,
+    -- A row handed back unsent for a moment keeps its time, so it keeps its place in line;
+    -- a retry's time is capped at the row's expiry (where the claim fails it).
+    keyingi_urinish = CASE WHEN r.holat <> {pending} OR (r.refund AND r.delay <= 0)
+                           THEN o.keyingi_urinish
+                           ELSE least(now() + make_interval(secs => r.delay),
+                                      coalesce(o.eskirish, 'infinity')) END,
     band_vaqti = NULL,
     egasi = NULL,
     yakka = false,
@@ -452,6 +575,22 @@ CROSS JOIN LATERAL (
           WHERE holat = {pending} AND navbat = q.navbat {not_paused}
           ORDER BY keyingi_urinish, id LIMIT 64) p
     LEFT JOIN {chat_navbati} c ON c.bot = %(bot)s AND c.chat = p.chat
+) d0
+CROSS JOIN LATERAL (
+    -- A windowed row may be due before its time: when the plan of the claim (its k-th row
+    -- must start by deadline_k - k / rate) says so, once its window is open.
+    SELECT least(d0.due, min(greatest(extract(epoch FROM w.eng_erta),
+                                      extract(epoch FROM w.keyingi_urinish) - w.k / %(rate)s)))
+           AS due, d0.first_due
+    FROM (SELECT keyingi_urinish, eng_erta,
+                 row_number() OVER (ORDER BY keyingi_urinish, id) AS k
+          FROM {outbox} r
+          WHERE holat = {pending} AND navbat = q.navbat AND eng_erta IS NOT NULL {not_paused}
+            AND keyingi_urinish > now()
+            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
+          ORDER BY keyingi_urinish, id
+          LIMIT {plan_rows}) w
+    WHERE %(rate)s > 0
 ) d
 LEFT JOIN {bot_holati} h ON h.bot = %(bot)s
 """.replace("{not_paused}", not_paused("r", queue="q.navbat").strip())
@@ -459,11 +598,25 @@ LEFT JOIN {bot_holati} h ON h.bot = %(bot)s
 
 
 async def queue_timing(
-    conn: AsyncConn, queues: Sequence[str], *, schema: str, horizon: float, bot: str = DEFAULT_BOT
+    conn: AsyncConn,
+    queues: Sequence[str],
+    *,
+    schema: str,
+    horizon: float,
+    bot: str = DEFAULT_BOT,
+    rate: float = 0.0,
 ) -> QueueTiming:
-    """When ``queues`` may have work for a claim, and how long their bot is paused."""
-    params = {"queues": list(queues), "horizon": float(horizon), "bot": bot}
-    cursor = await conn.execute(_sql(_QUEUE_TIMING, schema), params)
+    """When ``queues`` may have work for a claim, and how long their bot is paused; with the
+    bot's ``rate``, a windowed row counts from when the claim's plan may send it early."""
+    params = {
+        "queues": list(queues),
+        "horizon": float(horizon),
+        "bot": bot,
+        "rate": float(rate),
+        "lookahead": PLAN_ROWS / rate if rate > 0 else 0.0,
+    }
+    statement = _sql(_QUEUE_TIMING.replace("{plan_rows}", str(PLAN_ROWS)), schema)
+    cursor = await conn.execute(statement, params)
     row = await cursor.fetchone()
     if row is None:
         return QueueTiming(None, 0.0)

@@ -234,6 +234,8 @@ class SendPool:
         if request is None:
             return
         loop = asyncio.get_running_loop()
+        # Loop time of the row's expiry: a send that would start after it is not made.
+        expires_at = None if row.expires_in is None else checked_at + row.expires_in
         # The moment the claim reserved for this row in the bot's budget and its chat's spacing.
         moment = checked_at + max(row.wait, 0.0) if self._reserved else None
         if moment is not None and not await self._wait_until(moment - RECHECK_AFTER):
@@ -258,6 +260,9 @@ class SendPool:
             self._release(row)
             return
         if self._held_by_flood_control(row):  # it began while this row waited
+            return
+        if expires_at is not None and loop.time() >= expires_at:
+            self._expire(row)
             return
         await self._send_row(row, request)
 
@@ -435,6 +440,20 @@ class SendPool:
                 error=decision.error,
                 error_code=decision.code,
                 # A group that moved stays moved, whatever happened to the resend.
+                new_chat_id=self._moved.get(id(row)),
+            )
+        )
+
+    def _expire(self, row: queries.ClaimedRow) -> None:
+        """Its expiry came while it waited for its turn: failed, never sent late."""
+        self._total.failed += 1
+        log.warning("outbox %s expired before it could be sent", row.id, extra=_about(row))
+        self._completer.record(
+            queries.Outcome.for_row(
+                row,
+                State.FAILED,
+                error="expired before it could be sent",
+                error_code=FailureCode.EXPIRED,
                 new_chat_id=self._moved.get(id(row)),
             )
         )
