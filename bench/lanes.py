@@ -1,4 +1,4 @@
-"""Part 8: lanes under one bot's budget, against the fake Bot API enforcing Telegram's limits.
+"""Part 9: lanes under one bot's budget, against the fake Bot API enforcing Telegram's limits.
 
 ``outbox relay`` runs with its defaults (28/s, 1/s per chat). Three runs:
 
