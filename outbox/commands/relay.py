@@ -41,6 +41,7 @@ from outbox.config import (
     DEFAULT_POLL_INTERVAL,
     DEFAULT_POLL_ONLY_INTERVAL,
     DEFAULT_RETENTION,
+    DEFAULT_SLOT_HORIZON,
     DEFAULT_TELEGRAM_TIMEOUT,
     MAX_ATTEMPTS,
     MAX_BATCH_SIZE,
@@ -157,9 +158,10 @@ def _relay_flags(parser: Parser) -> None:
     parser.add(
         "--slot-horizon",
         env="OUTBOX_SLOT_HORIZON",
-        default=1.0,
+        default=DEFAULT_SLOT_HORIZON,
         convert=duration(60, positive=True),
-        help="how far ahead a claim reserves the bot's send slots for its relays",
+        help="how far ahead a claim reserves the bot's send slots for its relays; a reply "
+        "of a higher priority waits about this long behind a broadcast",
     )
     parser.add(
         "--rate-limit",
