@@ -342,10 +342,18 @@ def list_messages(
     limit: int = 50,
     schema: str | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat), kind (tur) and/or queue."""
+    """Messages newest first, optionally of one state (holat), kind (tur), queue and/or
+    priority (ustuvorlik)."""
     return queries.list_messages(
-        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit, queue=queue
+        conn,
+        schema=resolve_schema(schema),
+        state=state,
+        kind=kind,
+        limit=limit,
+        queue=queue,
+        priority=priority,
     )
 
 

@@ -81,17 +81,27 @@ from outbox.queries.relay import (
     record_outcomes,
     still_claimed,
 )
-from outbox.queries.status import QueueFigures, QueueStatus, count_by_state, queue_status
+from outbox.queries.status import (
+    EXPIRING_WITHIN,
+    LaneFigures,
+    QueueFigures,
+    QueueStatus,
+    count_by_state,
+    lane_figures,
+    queue_status,
+)
 
 if TYPE_CHECKING:
     from outbox.queries._common import AsyncAppConn as AsyncAppConn
 
 __all__ = [
+    "EXPIRING_WITHIN",
     "Activity",
     "BatchProgress",
     "ClaimLimits",
     "ClaimedRow",
     "Lane",
+    "LaneFigures",
     "Message",
     "Outcome",
     "Pause",
@@ -125,6 +135,7 @@ __all__ = [
     "forget_idle_chats",
     "forget_relay",
     "get_message",
+    "lane_figures",
     "list_messages",
     "list_pauses",
     "list_relays",
