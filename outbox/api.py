@@ -320,9 +320,11 @@ def failed_messages(
     failed_within_seconds: float | None = None,
     schema: str | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> list[Message]:
     """Failed (xato) messages, newest first, each with its history and sent marker;
-    ``kind``, ``queue`` and ``failed_within_seconds`` filter as ``replay`` does."""
+    ``kind``, ``queue`` and ``failed_within_seconds`` filter as ``replay`` does, ``priority``
+    (ustuvorlik) as ``list_messages`` does."""
     return queries.list_messages(
         conn,
         schema=resolve_schema(schema),
@@ -331,6 +333,7 @@ def failed_messages(
         limit=limit,
         failed_within_seconds=failed_within_seconds,
         queue=queue,
+        priority=priority,
     )
 
 

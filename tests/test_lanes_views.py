@@ -6,8 +6,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from urllib.parse import quote
 
 import psycopg
 import pytest
@@ -334,3 +336,44 @@ def test_the_window_cell_is_relative_to_the_rows_time_and_absolute_without_one()
         presentation.window_of(message(next_attempt_at=None, expires_at=nine))
         == "..2030-01-01 09:00:00Z"
     )
+
+
+# --- the page's failed list: a priority filter once failed rows have priorities -----------------
+
+
+def fail(engine: sa.Engine, key: str, chat: int, priority: int = 0) -> None:
+    add(engine, key, chat, priority=priority)
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("UPDATE outbox SET holat = 'xato', oxirgi_xato = 'boom' WHERE kalit = :k"),
+            {"k": key},
+        )
+
+
+def failed_keys(body: str) -> list[str]:
+    return re.findall(r'<dd class="mono wrap">([^<]+)</dd>', body)
+
+
+def test_the_failed_list_filters_by_priority_once_failed_rows_have_one(
+    engine: sa.Engine, page: LocalPage
+) -> None:
+    fail(engine, "plain", 1)
+    front = page.get("/")
+    assert front.status == 200 and '<select name="priority">' not in front.body
+    assert 'data-field="ustuvorlik"' not in front.body  # the card names no priority 0
+    fail(engine, "reply", 2, priority=10)
+    front = page.get("/")
+    assert '<select name="priority">' in front.body
+    assert 'data-field="ustuvorlik">10<' in front.body
+    assert failed_keys(front.body) == ["reply", "plain"]
+    assert failed_keys(page.get("/?priority=10").body) == ["reply"]
+    assert failed_keys(page.get("/?priority=0").body) == ["plain"]
+    assert "No failed messages match this filter" in page.get("/?priority=-3").body
+    # A bulk replay takes the filter: the confirmation lists that priority's rows only.
+    chosen = page.post("/replay", {"csrf": page.csrf(), "priority": "10"})
+    assert chosen.status == 200 and "ustuvorlik 10" in chosen.body
+    assert re.search(r'name="ids" value="([0-9,]+)"', chosen.body) is not None
+    assert "plain" not in chosen.body and "reply" in chosen.body
+    for bad in ("11", "-11", "high", "1e1", "٣"):
+        answer = page.get(f"/?priority={quote(bad)}")
+        assert answer.status == 400 and "is not a whole number from -10 to 10" in answer.body

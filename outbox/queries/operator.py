@@ -372,6 +372,16 @@ def failed_kinds(conn: SyncConn, *, schema: str) -> list[str]:
     return [str(kind) for (kind,) in _execute(conn, schema, _FAILED_KINDS)]
 
 
+_FAILED_PRIORITIES = (
+    "SELECT DISTINCT ustuvorlik FROM {outbox} WHERE holat = {failed} ORDER BY ustuvorlik DESC"
+)
+
+
+def failed_priorities(conn: SyncConn, *, schema: str) -> list[int]:
+    """The priorities (ustuvorlik) among failed rows, highest first, for the page's filter."""
+    return [int(priority) for (priority,) in _execute(conn, schema, _FAILED_PRIORITIES)]
+
+
 # A number may be a row id or a chat id (payload's or the sent marker's); anything else is a
 # key or the start of one. Chat ids are not indexed: an operator's search reads the table.
 _SEARCH_MESSAGES = f"""
