@@ -129,7 +129,7 @@ def windows_worth_showing(messages: Sequence[Message]) -> bool:
 
 
 # The list's window column: eng_erta and eskirish as offsets from keyingi_urinish (shown
-# beside it), "-1m10s..+1h": may go 70 s early, never after an hour late.
+# beside it), "-1m10s..+1h": may go 70 s early, never sent more than an hour late.
 WINDOW_HEADER = f"{label('earliest')}..{label('expires_at')}"
 
 
