@@ -306,7 +306,8 @@ def queue_status(
     queue: str | None = None,
 ) -> QueueStatus:
     """Rows per state, the age of the oldest due row, and claims older than the lease; of
-    every queue, or of ``queue``. ``.queues`` gives the same figures per queue."""
+    every queue, or of ``queue``. ``.queues`` gives the same figures per queue, ``.lanes``
+    the due rows per priority, the rows with a window, those expiring soon or expired."""
     return queries.queue_status(
         conn, schema=resolve_schema(schema), lease_seconds=lease_seconds, queue=queue
     )
