@@ -306,7 +306,8 @@ def queue_status(
     queue: str | None = None,
 ) -> QueueStatus:
     """Rows per state, the age of the oldest due row, and claims older than the lease; of
-    every queue, or of ``queue``. ``.queues`` gives the same figures per queue."""
+    every queue, or of ``queue``. ``.queues`` gives the same figures per queue, ``.lanes``
+    the due rows per priority, the rows with a window, those expiring soon or expired."""
     return queries.queue_status(
         conn, schema=resolve_schema(schema), lease_seconds=lease_seconds, queue=queue
     )
@@ -320,9 +321,11 @@ def failed_messages(
     failed_within_seconds: float | None = None,
     schema: str | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> list[Message]:
     """Failed (xato) messages, newest first, each with its history and sent marker;
-    ``kind``, ``queue`` and ``failed_within_seconds`` filter as ``replay`` does."""
+    ``kind``, ``queue`` and ``failed_within_seconds`` filter as ``replay`` does, ``priority``
+    (ustuvorlik) as ``list_messages`` does."""
     return queries.list_messages(
         conn,
         schema=resolve_schema(schema),
@@ -331,6 +334,7 @@ def failed_messages(
         limit=limit,
         failed_within_seconds=failed_within_seconds,
         queue=queue,
+        priority=priority,
     )
 
 
@@ -342,10 +346,18 @@ def list_messages(
     limit: int = 50,
     schema: str | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat), kind (tur) and/or queue."""
+    """Messages newest first, optionally of one state (holat), kind (tur), queue and/or
+    priority (ustuvorlik)."""
     return queries.list_messages(
-        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit, queue=queue
+        conn,
+        schema=resolve_schema(schema),
+        state=state,
+        kind=kind,
+        limit=limit,
+        queue=queue,
+        priority=priority,
     )
 
 

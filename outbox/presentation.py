@@ -15,6 +15,8 @@ from typing import Any
 from outbox.durations import format_duration
 from outbox.payload import UnreadablePayload
 from outbox.queries import (
+    EXPIRING_WITHIN,
+    LaneFigures,
     Message,
     Pruned,
     QueueFigures,
@@ -25,7 +27,7 @@ from outbox.queries import (
     SentMarker,
 )
 from outbox.schema import DEFAULT_QUEUE
-from outbox.states import State
+from outbox.states import FailureCode, State
 from outbox.vocabulary import RELAY, entry_key, label, marker_label, payload_label
 
 span = format_duration  # how every duration is shown to operators
@@ -34,6 +36,8 @@ __all__ = [
     "HEADLINE",
     "MARKER_LABEL",
     "SHOWN_FIELDS",
+    "lanes_json",
+    "lanes_lines",
     "message_json",
     "message_lines",
     "messages_table",
@@ -114,33 +118,64 @@ def _kind_of(m: Message, with_method: bool) -> str:
     return f"{m.kind} {m.method}{original}"
 
 
+def priorities_worth_showing(messages: Sequence[Message]) -> bool:
+    """Whether a list needs the ustuvorlik column: only when a row has a priority."""
+    return any(m.priority != 0 for m in messages)
+
+
+def windows_worth_showing(messages: Sequence[Message]) -> bool:
+    """Whether a list needs the window column: only when a row has a window or an expiry."""
+    return any(m.earliest is not None or m.expires_at is not None for m in messages)
+
+
+# The list's window column: eng_erta and eskirish as offsets from keyingi_urinish (shown
+# beside it), "-1m10s..+1h": may go 70 s early, never sent more than an hour late.
+WINDOW_HEADER = f"{label('earliest')}..{label('expires_at')}"
+
+
+def window_of(m: Message) -> str:
+    """A row's window and expiry in a few characters, relative to its keyingi_urinish (or as
+    times, when that is infinite); '-' for a row with neither."""
+    if m.earliest is None and m.expires_at is None:
+        return "-"
+    due = m.next_attempt_at
+
+    def offset(moment: datetime | None, sign: str) -> str:
+        if moment is None:
+            return ""
+        if due is None:
+            return when(moment)
+        return sign + span(abs((moment - due).total_seconds()))
+
+    return f"{offset(m.earliest, '-')}..{offset(m.expires_at, '+')}"
+
+
 def messages_table(messages: Sequence[Message]) -> list[str]:
-    with_queue = queue_worth_showing(messages)
     with_method = methods_worth_showing(messages)
-    headers = tuple(
-        label(name)
-        for name in ("id", "kind", "key", "state", "attempts", "next_attempt_at", "last_error")
-    )
-    rows = [
-        (
-            str(m.id),
-            _kind_of(m, with_method),
-            _clip(m.key, KEY_WIDTH),
-            m.state,
-            str(m.attempts),
-            when(m.next_attempt_at),
-            _clip(m.last_error, ERROR_WIDTH),
-        )
-        for m in messages
+    # (header, cells, right-aligned), in order; the optional columns only when a row needs one.
+    columns: list[tuple[str, list[str], bool]] = [
+        (label("id"), [str(m.id) for m in messages], True)
     ]
-    if not with_queue:
-        return table(headers, rows, numeric={0, 4})
-    # Beside the id: with several bots, which one sends a row is the first question.
-    return table(
-        (headers[0], label("queue"), *headers[1:]),
-        [(row[0], m.queue, *row[1:]) for row, m in zip(rows, messages, strict=True)],
-        numeric={0, 5},
+    if queue_worth_showing(messages):
+        # Beside the id: with several bots, which one sends a row is the first question.
+        columns.append((label("queue"), [m.queue for m in messages], False))
+    columns += [
+        (label("kind"), [_kind_of(m, with_method) for m in messages], False),
+        (label("key"), [_clip(m.key, KEY_WIDTH) for m in messages], False),
+        (label("state"), [m.state for m in messages], False),
+        (label("attempts"), [str(m.attempts) for m in messages], True),
+    ]
+    if priorities_worth_showing(messages):
+        columns.append((label("priority"), [str(m.priority) for m in messages], True))
+    columns.append((label("next_attempt_at"), [when(m.next_attempt_at) for m in messages], False))
+    if windows_worth_showing(messages):
+        columns.append((WINDOW_HEADER, [window_of(m) for m in messages], False))
+    columns.append(
+        (label("last_error"), [_clip(m.last_error, ERROR_WIDTH) for m in messages], False)
     )
+    headers = [header for header, _, _ in columns]
+    rows = list(zip(*(cells for _, cells, _ in columns), strict=True))
+    return table(headers, rows, numeric={i for i, (_, _, right) in enumerate(columns) if right})
 
 
 def _marker_json(marker: SentMarker | None) -> dict[str, Any] | None:
@@ -328,11 +363,63 @@ def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[s
             "sent markers (yuborilgan)" + (f"; {about}" if "markers" in status.estimated else ""),
         ),
     ]
+    rows += lanes_lines(status.lanes)
     width = max(len(value) for _, value, _ in rows)
     lines = [f"{name:<13} {value:>{width}}  {note}".rstrip() for name, value, note in rows]
     if len(status.queues) > 1:
         lines += ["", *queues_table(status.queues)]
     return lines
+
+
+def lanes_lines(lanes: LaneFigures) -> list[tuple[str, str, str]]:
+    """The status's lines for priorities, windows and expiry (name, figure, note): only the
+    ones that say something, so that an outbox without lanes shows none."""
+    lines = []
+    if lanes.prioritised:
+        per = ", ".join(f"{priority}: {n}" for priority, n in lanes.due_per_priority.items())
+        lines.append(
+            (
+                "priorities",
+                str(sum(lanes.due_per_priority.values())),
+                f"due pending rows per {label('priority')}: {per}",
+            )
+        )
+    if lanes.windowed:
+        lines.append(
+            (
+                "windowed",
+                str(lanes.windowed),
+                f"pending rows with a delivery window ({label('earliest')}: may go early)",
+            )
+        )
+    if lanes.expiring:
+        lines.append(
+            (
+                "expiring",
+                str(lanes.expiring),
+                f"pending rows whose {label('expires_at')} is within {span(EXPIRING_WITHIN)}",
+            )
+        )
+    if lanes.expired:
+        lines.append(
+            (
+                "expired",
+                str(lanes.expired),
+                f"{State.FAILED} rows that expired unsent ({label('error_code')} "
+                f"{FailureCode.EXPIRED})",
+            )
+        )
+    return lines
+
+
+def lanes_json(lanes: LaneFigures) -> dict[str, Any]:
+    """The same figures, always all of them (JSON object keys are strings: "10", "-5")."""
+    return {
+        "due_per_priority": {str(p): n for p, n in lanes.due_per_priority.items()},
+        "windowed": lanes.windowed,
+        "expiring_within_hour": lanes.expiring,
+        "expired": lanes.expired,
+    }
 
 
 def queues_table(queues: Mapping[str, QueueFigures]) -> list[str]:

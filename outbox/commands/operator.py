@@ -23,6 +23,7 @@ from outbox.commands.options import (
     add_queue_filter,
     duration,
     message_id,
+    priority,
     state_name,
     whole_number,
 )
@@ -39,7 +40,12 @@ def cmd_list(args: argparse.Namespace) -> int:
     with open_database(args) as engine, engine.begin() as conn:
         # One row more than shown tells whether there are more.
         found = api.list_messages(
-            conn, state=args.holat, kind=args.tur, limit=args.limit + 1, queue=args.queue
+            conn,
+            state=args.holat,
+            kind=args.tur,
+            limit=args.limit + 1,
+            queue=args.queue,
+            priority=args.priority,
         )
     messages = found[: args.limit]
     if args.json:
@@ -179,6 +185,7 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "warnings": warnings,
                 "unserved_queues": unserved,
                 "queues": out.queues_json(status.queues),
+                "lanes": out.lanes_json(status.lanes),
                 "paused": [pause_view.pause_json(p) for p in paused],
             }
         )
@@ -233,6 +240,14 @@ def register(commands: Commands) -> None:
         metavar="N",
     )
     add_queue_filter(listing, "only this queue (bot)")
+    listing.add(
+        "--priority",
+        env=None,  # a filter, like --queue: a variable left set would hide the other rows
+        default=None,
+        convert=priority,
+        help="only rows of this priority (ustuvorlik, -10 to 10)",
+        metavar="N",
+    )
 
     show = commands.add("show", cmd_show, "one message in full, with its sent marker", json=True)
     show.add_argument("id", type=message_id, help="the message id")

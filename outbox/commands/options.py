@@ -16,6 +16,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NoReturn, TypeVar
 
+from outbox.api import MAX_PRIORITY, MIN_PRIORITY
 from outbox.config import DEFAULT_LEASE, MAX_DURATION
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import ConfigError, InvalidInput, OutboxError
@@ -39,6 +40,7 @@ __all__ = [
     "message_id",
     "number",
     "port",
+    "priority",
     "queue_name",
     "queue_names",
     "resolve_env_defaults",
@@ -134,6 +136,7 @@ def flag_bool(raw: str) -> bool:
 
 
 port = whole_number(0, 65535)
+priority = whole_number(MIN_PRIORITY, MAX_PRIORITY)  # ustuvorlik, as the table's check has it
 
 
 def message_id(raw: str) -> int:

@@ -51,6 +51,7 @@ from outbox.queries.operator import (
     cancel_by_operator,
     count_failed,
     failed_kinds,
+    failed_priorities,
     finished_per_minute,
     get_message,
     list_messages,
@@ -81,17 +82,27 @@ from outbox.queries.relay import (
     record_outcomes,
     still_claimed,
 )
-from outbox.queries.status import QueueFigures, QueueStatus, count_by_state, queue_status
+from outbox.queries.status import (
+    EXPIRING_WITHIN,
+    LaneFigures,
+    QueueFigures,
+    QueueStatus,
+    count_by_state,
+    lane_figures,
+    queue_status,
+)
 
 if TYPE_CHECKING:
     from outbox.queries._common import AsyncAppConn as AsyncAppConn
 
 __all__ = [
+    "EXPIRING_WITHIN",
     "Activity",
     "BatchProgress",
     "ClaimLimits",
     "ClaimedRow",
     "Lane",
+    "LaneFigures",
     "Message",
     "Outcome",
     "Pause",
@@ -120,11 +131,13 @@ __all__ = [
     "enqueue_many",
     "ensure_bot",
     "failed_kinds",
+    "failed_priorities",
     "finished_per_minute",
     "forget_gone_relays",
     "forget_idle_chats",
     "forget_relay",
     "get_message",
+    "lane_figures",
     "list_messages",
     "list_pauses",
     "list_relays",

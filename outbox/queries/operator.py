@@ -141,6 +141,7 @@ FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE (CAST(:holat AS text) IS NULL OR o.holat = CAST(:holat AS text))
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
+  AND (CAST(:ustuvorlik AS smallint) IS NULL OR o.ustuvorlik = CAST(:ustuvorlik AS smallint))
   AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id DESC
 LIMIT :limit
@@ -156,9 +157,11 @@ def list_messages(
     limit: int = 50,
     failed_within_seconds: float | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> list[Message]:
-    """Newest first, optionally only one state and/or kind and/or queue, and/or failed (gone
-    to xato, ``xato_vaqti``) within the last ``failed_within_seconds``: only failed rows then.
+    """Newest first, optionally only one state and/or kind and/or queue and/or priority,
+    and/or failed (gone to xato, ``xato_vaqti``) within the last ``failed_within_seconds``:
+    only failed rows then.
     """
     params = {
         "holat": state,
@@ -166,6 +169,7 @@ def list_messages(
         "limit": limit,
         "since": failed_within_seconds,
         "navbat": queue,
+        "ustuvorlik": priority,
     }
     return [_message(row) for row in _execute(conn, schema, _LIST_MESSAGES, params).fetchall()]
 
@@ -222,6 +226,7 @@ FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE o.holat = {{failed}}
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
+  AND (CAST(:ustuvorlik AS smallint) IS NULL OR o.ustuvorlik = CAST(:ustuvorlik AS smallint))
   AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id
 FOR UPDATE OF o
@@ -365,6 +370,16 @@ _FAILED_KINDS = "SELECT DISTINCT tur FROM {outbox} WHERE holat = {failed} ORDER 
 def failed_kinds(conn: SyncConn, *, schema: str) -> list[str]:
     """The kinds (tur) among failed rows, for the page's filter."""
     return [str(kind) for (kind,) in _execute(conn, schema, _FAILED_KINDS)]
+
+
+_FAILED_PRIORITIES = (
+    "SELECT DISTINCT ustuvorlik FROM {outbox} WHERE holat = {failed} ORDER BY ustuvorlik DESC"
+)
+
+
+def failed_priorities(conn: SyncConn, *, schema: str) -> list[int]:
+    """The priorities (ustuvorlik) among failed rows, highest first, for the page's filter."""
+    return [int(priority) for (priority,) in _execute(conn, schema, _FAILED_PRIORITIES)]
 
 
 # A number may be a row id or a chat id (payload's or the sent marker's); anything else is a

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from outbox.queries._common import SyncConn, _execute
-from outbox.states import State
+from outbox.states import FailureCode, State
 
 # --- reading -------------------------------------------------------------------------------------
 
@@ -40,6 +40,33 @@ class QueueFigures:
         return self.stuck_claims + self.never_due
 
 
+# Pending rows that expire this soon (or have expired and wait for a claim to fail them) are
+# counted in a status: what an outage of this long would cost.
+EXPIRING_WITHIN = 3600.0  # seconds
+
+
+@dataclass(frozen=True, slots=True)
+class LaneFigures:
+    """The lanes' share of a status: who waits at which priority, in a window, near expiry."""
+
+    # Due pending rows per ustuvorlik, highest first; only priorities that hold due rows.
+    due_per_priority: dict[int, int] = field(default_factory=dict)
+    windowed: int = 0  # pending rows with a delivery window (eng_erta set)
+    expiring: int = 0  # pending rows whose eskirish is within EXPIRING_WITHIN (or passed)
+    expired: int = 0  # xato rows whose expiry passed before they could be sent
+
+    @property
+    def prioritised(self) -> bool:
+        """Whether the priorities tell anything: more than one, or one other than 0, holds
+        due rows (an outbox without priorities has all its rows at 0)."""
+        return len(self.due_per_priority) > 1 or any(self.due_per_priority)
+
+    @property
+    def in_use(self) -> bool:
+        """Whether any lane figure is worth a line: a plain outbox shows none of them."""
+        return self.prioritised or bool(self.windowed or self.expiring or self.expired)
+
+
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
     counts: dict[str, int]  # rows per holat
@@ -56,6 +83,8 @@ class QueueStatus:
     # The same figures per queue (navbat), by name: the queue asked for, or every queue that
     # holds rows to send, being sent or failed (and done rows, when they are counted).
     queues: dict[str, QueueFigures] = field(default_factory=dict)
+    # Priorities, delivery windows and expiry (docs/lanes.md), of the queue asked for or all.
+    lanes: LaneFigures = field(default_factory=LaneFigures)
 
 
 # A status is a health check, run often: the live states are counted through their partial
@@ -117,6 +146,25 @@ FROM (
 ) r
 GROUP BY navbat
 ORDER BY navbat
+"""
+
+# The lanes' figures in one statement: the pending rows read once through their partial index
+# (ustuvorlik and keyingi_urinish from outbox_ustuvorlik_idx; eng_erta and eskirish from the
+# row), the failed ones through theirs.
+_LANE_FIGURES = """
+SELECT ustuvorlik AS priority,
+       count(*) FILTER (WHERE keyingi_urinish <= now()) AS due,
+       count(*) FILTER (WHERE eng_erta IS NOT NULL) AS windowed,
+       count(*) FILTER (WHERE eskirish <= now() + make_interval(secs => :within)) AS expiring,
+       0::bigint AS expired
+FROM {outbox}
+WHERE holat = {pending} AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
+GROUP BY ustuvorlik
+UNION ALL
+SELECT NULL, 0, 0, 0, count(*)
+FROM {outbox}
+WHERE holat = {failed} AND xato_turi = CAST(:expired AS text)
+  AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
 """
 
 _COUNT_DONE = "SELECT count(*) FROM {outbox} WHERE holat = {done} AND navbat = :navbat"
@@ -183,6 +231,28 @@ def queue_status(
         stuck_claims=int(stuck),
         never_due=int(never_due),
         queues=per_queue,
+        lanes=lane_figures(conn, schema=schema, queue=queue),
+    )
+
+
+def lane_figures(conn: SyncConn, *, schema: str, queue: str | None = None) -> LaneFigures:
+    """Priorities, windows and expiry of every queue's rows, or of ``queue``'s."""
+    params = {"navbat": queue, "within": EXPIRING_WITHIN, "expired": FailureCode.EXPIRED.value}
+    due: dict[int, int] = {}
+    windowed = expiring = expired = 0
+    for row in _execute(conn, schema, _LANE_FIGURES, params):
+        if row.priority is None:  # the failed rows' part
+            expired += int(row.expired)
+            continue
+        if row.due:
+            due[int(row.priority)] = int(row.due)
+        windowed += int(row.windowed)
+        expiring += int(row.expiring)
+    return LaneFigures(
+        due_per_priority=dict(sorted(due.items(), reverse=True)),
+        windowed=windowed,
+        expiring=expiring,
+        expired=expired,
     )
 
 

@@ -109,6 +109,7 @@ class _FailedFilter:
     queue: str | None
     since_text: str  # the duration as typed
     since: float | None  # the same in seconds
+    priority: int | None = None  # ustuvorlik
 
     @classmethod
     def read(cls, values: Mapping[str, Any]) -> _FailedFilter:
@@ -127,7 +128,9 @@ class _FailedFilter:
         since = inputs.duration_seconds(since_text, "time filter") if since_text else None
         # "tur" likewise: the page's old spelling of the kind filter.
         kind = inputs.field(values, "kind", "kind") or inputs.field(values, "tur", "kind") or None
-        return cls(kind, queue, since_text, since)
+        priority_text = inputs.field(values, "priority", "priority")
+        priority = inputs.priority(priority_text) if priority_text else None
+        return cls(kind, queue, since_text, since, priority)
 
     def messages(self, conn: Connection, *, schema: str, limit: int) -> list[Message]:
         return api.failed_messages(
@@ -137,11 +140,17 @@ class _FailedFilter:
             failed_within_seconds=self.since,
             limit=limit,
             schema=schema,
+            priority=self.priority,
         )
 
     def fields(self) -> dict[str, Any]:
         """The filter as the templates show it and put it back into forms ('' for any)."""
-        return {"kind": self.kind or "", "queue": self.queue or "", "since": self.since_text}
+        return {
+            "kind": self.kind or "",
+            "queue": self.queue or "",
+            "since": self.since_text,
+            "priority": "" if self.priority is None else str(self.priority),
+        }
 
 
 async def index(request: web.Request) -> web.StreamResponse:
@@ -158,6 +167,8 @@ async def index(request: web.Request) -> web.StreamResponse:
             "failed": failed[:FAILED_LIMIT],
             "more_failed": len(failed) > FAILED_LIMIT,
             "kinds": queries.failed_kinds(conn, schema=config.schema),
+            # Offered once a failed row has a priority (an outbox without lanes: no filter).
+            "priorities": [str(p) for p in queries.failed_priorities(conn, schema=config.schema)],
             "queues": [name for name, figures in per_queue.items() if figures.counts[State.FAILED]],
             # Each card names its queue unless the outbox has only the default one (one bot).
             "with_queue": any(queue != DEFAULT_QUEUE for queue in per_queue),

@@ -89,6 +89,7 @@ def templates() -> jinja2.Environment:
         extra_payload=views.extra_payload,
         history=views.history,
         queue_worth_showing=views.queue_worth_showing,
+        lanes_lines=views.lanes_lines,
         chart_width=views.CHART_WIDTH,
         chart_height=views.CHART_HEIGHT,
         since_choices=SINCE_CHOICES,

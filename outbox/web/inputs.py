@@ -7,9 +7,11 @@ error page shows as is: an id beyond PostgreSQL's bigint, a duration of centurie
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from typing import Any
 
+from outbox.api import MAX_PRIORITY, MIN_PRIORITY
 from outbox.durations import parse_duration
 from outbox.errors import InvalidInput, NotFound
 
@@ -21,6 +23,7 @@ __all__ = [
     "field",
     "message_id",
     "message_ids",
+    "priority",
 ]
 
 MAX_ID = 2**63 - 1  # PostgreSQL's bigint, the type of outbox.id
@@ -77,6 +80,19 @@ def message_ids(raw: str, limit: int) -> list[int]:
     if None in ids:
         raise InvalidInput("the selection is not a list of message ids")
     return [number for number in ids if number is not None]
+
+
+_PRIORITY = re.compile(r"[+-]?[0-9]{1,3}")  # ASCII digits only, as everywhere
+
+
+def priority(text: str) -> int:
+    """A priority (ustuvorlik) for the filter, within the table's range."""
+    if not _PRIORITY.fullmatch(text) or not MIN_PRIORITY <= int(text) <= MAX_PRIORITY:
+        shown = text if len(text) <= 40 else text[:40] + "…"
+        raise InvalidInput(
+            f"the priority {shown!r} is not a whole number from {MIN_PRIORITY} to {MAX_PRIORITY}"
+        )
+    return int(text)
 
 
 def duration_seconds(text: str, what: str) -> float:

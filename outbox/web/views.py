@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from outbox.presentation import (
     HEADLINE,
+    lanes_lines,
     queue_worth_showing,
     replay_refusal,
     span,
@@ -27,6 +28,7 @@ __all__ = [
     "chat_of",
     "extra_payload",
     "history",
+    "lanes_lines",
     "queue_worth_showing",
     "refusal",
     "span",
