@@ -375,12 +375,14 @@ def replay(
     failed_within_seconds: float | None = None,
     schema: str | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> list[ReplayResult]:
     """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
 
-    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue`` and
-    ``failed_within_seconds``. A message whose key already has a sent marker is refused
-    (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless ``force``.
+    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue``,
+    ``priority`` and ``failed_within_seconds``. A message whose key already has a sent marker
+    is refused (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless
+    ``force``.
     """
     return queries.replay(
         conn,
@@ -390,6 +392,7 @@ def replay(
         kind=kind,
         failed_within_seconds=failed_within_seconds,
         queue=queue,
+        priority=priority,
     )
 
 

@@ -377,3 +377,17 @@ def test_the_failed_list_filters_by_priority_once_failed_rows_have_one(
     for bad in ("11", "-11", "high", "1e1", "٣"):
         answer = page.get(f"/?priority={quote(bad)}")
         assert answer.status == 400 and "is not a whole number from -10 to 10" in answer.body
+
+
+def test_a_bulk_replay_takes_only_the_failed_rows_of_one_priority(engine: sa.Engine) -> None:
+    for key, priority in (("high", 5), ("low", 0)):
+        add(engine, key, 1, priority=priority)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE outbox SET holat = 'xato', oxirgi_xato = 'x'"))
+        results = queries.replay(conn, None, schema="public", priority=5)
+    assert [r.replayed for r in results] == [True]
+    with engine.connect() as conn:
+        states: dict[str, str] = dict(
+            conn.execute(sa.text("SELECT kalit, holat FROM outbox")).all()
+        )
+    assert states == {"high": State.PENDING, "low": State.FAILED}

@@ -280,13 +280,20 @@ def replay(
     kind: str | None = None,
     failed_within_seconds: float | None = None,
     queue: str | None = None,
+    priority: int | None = None,
 ) -> list[ReplayResult]:
     """Move failed rows back to the queue: the given ids, or (``ids=None``) every xato row
-    matching ``kind`` and ``failed_within_seconds``. A row whose key has a sent marker is
-    refused unless ``force``. Runs in the caller's transaction; the caller commits.
+    matching ``kind``, ``queue``, ``priority`` and ``failed_within_seconds``. A row whose key
+    has a sent marker is refused unless ``force``. Runs in the caller's transaction; the caller
+    commits.
     """
     if ids is None:
-        params: dict[str, Any] = {"tur": kind, "since": failed_within_seconds, "navbat": queue}
+        params: dict[str, Any] = {
+            "tur": kind,
+            "since": failed_within_seconds,
+            "navbat": queue,
+            "ustuvorlik": priority,
+        }
         found = _execute(conn, schema, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
         wanted = [int(row.id) for row in found]
     else:
