@@ -72,14 +72,39 @@ def _check_label(value: str, field: str) -> None:
         )
 
 
-def check_destination(queue: str, batch: str | None) -> None:
-    """The queue a message goes to and the batch it belongs to, or ``InvalidInput``."""
+# The bot column holds at most 20 digits (outbox_0011): Telegram's bot ids are far shorter.
+_MAX_BOT_ID = 10**20 - 1
+
+
+def bot_column(bot: int | str | None) -> str | None:
+    """The ``bot`` column for a bot named by its public id (an int, or its digits), or
+    ``InvalidInput``; a token is refused without being repeated."""
+    if bot is None:
+        return None
+    if isinstance(bot, str) and ":" in bot:
+        raise InvalidInput(
+            "bot= takes the bot's public id (the digits before the token's colon), "
+            "never the token"
+        )
+    if isinstance(bot, str) and bot.isascii() and bot.isdigit():
+        bot = int(bot)
+    if isinstance(bot, bool) or not isinstance(bot, int) or not 0 < bot <= _MAX_BOT_ID:
+        raise InvalidInput("bot= takes the bot's public id, a positive whole number")
+    return str(bot)
+
+
+def check_destination(
+    queue: str, batch: str | None, bot: int | str | None = None
+) -> str | None:
+    """The queue a message goes to, the batch it belongs to and the bot that sends it, or
+    ``InvalidInput``; the ``bot`` column's value."""
     try:
         validate_queue(queue)
     except ConfigError as err:
         raise InvalidInput(str(err)) from None
     if batch is not None:
         check_batch_name(batch)
+    return bot_column(bot)
 
 
 def _enqueue_steps(
@@ -91,8 +116,9 @@ def _enqueue_steps(
     schema: str | None,
     queue: str,
     batch: str | None = None,
+    bot: int | str | None = None,
 ) -> queries.Steps:
-    check_destination(queue, batch)
+    bot_id = check_destination(queue, batch, bot)
     if not isinstance(key, str) or not key:
         raise InvalidInput("an outbox message needs a non-empty key")
     _check_label(key, "key")
@@ -109,6 +135,7 @@ def _enqueue_steps(
         run_at=run_at,
         queue=queue,
         batch=batch,
+        bot=bot_id,
     )
 
 
@@ -122,6 +149,7 @@ def enqueue(
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    bot: int | None = None,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -129,13 +157,22 @@ def enqueue(
     when the caller's transaction commits. ``key`` identifies the logical message: enqueueing
     the same key again returns the existing row. ``payload`` holds sendMessage's parameters
     (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
-    field). ``run_at`` (timezone-aware) delays the message; the default is now. ``queue``
-    names the bot that sends it: a relay serves the queues it is told to (``--queue``).
-    ``batch`` names the broadcast it belongs to (``outbox batch NAME`` shows its progress; a
+    field). ``run_at`` (timezone-aware) delays the message; the default is now. ``bot`` is the
+    public id of the bot that sends it (the digits before its token's colon), served by the
+    relays whose ``--tokens-dir`` holds that token; without it, the relay with one token
+    (``TELEGRAM_BOT_TOKEN``) that serves the queue sends it. ``queue`` is the lane of work:
+    a relay serves the queues it is told to (``--queue``). ``batch`` names the broadcast it belongs to (``outbox batch NAME`` shows its progress; a
     batch is paused, resumed and cancelled as one); ``enqueue_many`` adds many at once.
     """
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        key=key,
+        payload=payload,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        batch=batch,
+        bot=bot,
     )
     return Enqueued(*queries.run_sync(conn, steps))
 
@@ -150,10 +187,18 @@ async def enqueue_async(
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    bot: int | None = None,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_steps(
-        key=key, payload=payload, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        key=key,
+        payload=payload,
+        kind=kind,
+        run_at=run_at,
+        schema=schema,
+        queue=queue,
+        batch=batch,
+        bot=bot,
     )
     return Enqueued(*await queries.run_async(conn, steps))
 

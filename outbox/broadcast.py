@@ -45,8 +45,9 @@ def _enqueue_many_steps(
     schema: str | None,
     queue: str,
     batch: str | None,
+    bot: int | None = None,
 ) -> queries.Steps:
-    check_destination(queue, batch)
+    bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
@@ -65,6 +66,7 @@ def _enqueue_many_steps(
         run_at=run_at,
         queue=queue,
         batch=batch,
+        bot=bot_id,
     )
 
 
@@ -77,16 +79,18 @@ def enqueue_many(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    bot: int | None = None,
 ) -> int:
     """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
     commits); return how many were new (a key already in the outbox is left as it is).
 
     Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
-    ``batch`` names the broadcast (``outbox batch NAME``). The list goes to the database as one
+    ``batch`` names the broadcast (``outbox batch NAME``); ``bot`` the bot that sends them all,
+    as for ``enqueue``. The list goes to the database as one
     JSON document: split a list of millions into chunks of some ten thousand.
     """
     steps = _enqueue_many_steps(
-        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch, bot=bot
     )
     return int(queries.run_sync(conn, steps))
 
@@ -100,10 +104,11 @@ async def enqueue_many_async(
     run_at: datetime | None = None,
     schema: str | None = None,
     queue: str = DEFAULT_QUEUE,
+    bot: int | None = None,
 ) -> int:
     """``enqueue_many`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_many_steps(
-        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch
+        messages, kind=kind, run_at=run_at, schema=schema, queue=queue, batch=batch, bot=bot
     )
     return int(await queries.run_async(conn, steps))
 

@@ -19,7 +19,7 @@ from outbox.schema import DEFAULT_QUEUE
 
 _ENQUEUE = """
 WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya)
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, bot)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb),
             -- A follow-up is due no sooner than its original, if that still waits.
             greatest(coalesce(CAST(:run_at AS timestamptz), now()),
@@ -27,7 +27,7 @@ WITH inserted AS (
                          (SELECT w.keyingi_urinish FROM {outbox} w
                           WHERE w.kalit = CAST(:payload AS jsonb) ->> 'message_key'
                             AND w.holat = {pending}) END),
-            :navbat, CAST(:partiya AS text))
+            :navbat, CAST(:partiya AS text), CAST(:bot AS text))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -50,6 +50,7 @@ def enqueue(
     run_at: datetime | None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    bot: str | None = None,
 ) -> Steps:
     """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
     params = {
@@ -59,6 +60,7 @@ def enqueue(
         "run_at": run_at,
         "navbat": queue,
         "partiya": batch,
+        "bot": bot,
     }
     row = (yield _text(_ENQUEUE, schema), params).first()
     if row is None:

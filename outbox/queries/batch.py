@@ -28,9 +28,9 @@ __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 # one NOTIFY from the statement trigger. Keys already present are left as they are.
 _ENQUEUE_MANY = """
 WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya)
+    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, bot)
     SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
-           CAST(:partiya AS text)
+           CAST(:partiya AS text), CAST(:bot AS text)
     FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING 1
@@ -47,6 +47,7 @@ def enqueue_many(
     run_at: datetime | None,
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
+    bot: str | None = None,
 ) -> Steps:
     """Insert ``(key, payload)`` pairs in one statement; the result is how many were new."""
     if not messages:
@@ -62,6 +63,7 @@ def enqueue_many(
         "run_at": run_at,
         "navbat": queue,
         "partiya": batch,
+        "bot": bot,
     }
     result = yield _text(_ENQUEUE_MANY, schema), params
     return int(result.scalar_one())

@@ -86,11 +86,12 @@ room AS (
 alone AS (
     SELECT id, keyingi_urinish, {chat} AS chat, {weight} AS w FROM {outbox} o
     WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
+      {bot_rows}
       {not_paused_o}
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND EXISTS (SELECT 1 FROM {outbox}
                   WHERE yakka AND holat = {pending} AND keyingi_urinish <= now()
-                    AND navbat = %(navbat)s)
+                    AND navbat = %(navbat)s {bot_rows})
       AND NOT EXISTS (SELECT 1 FROM {outbox}
                       WHERE egasi = %(holder)s AND holat = {in_progress})
     ORDER BY keyingi_urinish, id
@@ -101,7 +102,7 @@ batch AS (
     SELECT o.id, o.keyingi_urinish, {chat} AS chat, {weight} AS w
     FROM {outbox} o
     WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND NOT o.yakka
-      AND o.navbat = %(navbat)s
+      AND o.navbat = %(navbat)s {bot_rows}
       {not_paused_o}
       -- A follow-up (message_key) waits while its original is still to be sent.
       AND (NOT o.payload ? 'message_key'
@@ -111,7 +112,7 @@ batch AS (
       -- a paused suspect does not hold back the queue.
       AND NOT EXISTS (SELECT 1 FROM {outbox} s
                       WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
-                                        AND navbat = %(navbat)s {not_paused_s})
+                                        AND navbat = %(navbat)s {bot_rows} {not_paused_s})
                                        OR (holat = {in_progress} AND egasi = %(holder)s)))
     ORDER BY o.keyingi_urinish, o.id
     -- A plain limit, so that the planner walks the index of pending rows; the room is kept
@@ -217,9 +218,16 @@ _BUSY_CHATS = """
 """
 
 
+# The rows of the claim's bot (``bot`` unqualified: each scope's own outbox row). A relay with a
+# folder of tokens claims, for each of its bots, the rows that name it (outbox_bot_kutmoqda_idx);
+# a relay with one token, the rows that name no bot, as before, and those that name its own.
+_BOT_ROWS = {True: "AND bot = %(bot)s", False: "AND (bot IS NULL OR bot = %(bot)s)"}
+
+
 @functools.cache
-def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
+def _claim_sql(schema: str, *, locked: bool, busy_chats: bool, bot_rows: bool = False) -> str:
     template = _CLAIM_DUE.replace("{lock}", "FOR UPDATE" if locked else "")
+    template = template.replace("{bot_rows}", _BOT_ROWS[bot_rows])
     for alias in ("o", "s"):
         template = template.replace(f"{{not_paused_{alias}}}", not_paused(alias).strip())
     template = template.replace("{busy_chats}", _BUSY_CHATS if busy_chats else "")
@@ -235,11 +243,13 @@ async def claim_due(
     queue: str = DEFAULT_QUEUE,
     bot: str = DEFAULT_BOT,
     limits: ClaimLimits = ClaimLimits(),  # noqa: B008 - an immutable tuple
+    bot_rows: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows of ``queue`` in one statement; other relays skip them.
 
     With ``limits``, each row comes with its send slot (``wait``), reserved in the budget of
-    ``bot`` (shared by every queue and relay of that bot).
+    ``bot`` (shared by every queue and relay of that bot). With ``bot_rows``, only the rows
+    whose ``bot`` column names ``bot``; else also the rows that name no bot.
     """
     params = {
         "limit": limit,
@@ -253,7 +263,10 @@ async def claim_due(
         "horizon": float(limits.horizon),
     }
     statement = _claim_sql(
-        schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
+        schema,
+        locked=limits.per_bot > 0,
+        busy_chats=limits.per_bot > 0 and params["chat_on"],
+        bot_rows=bot_rows,
     )
     async with conn.cursor(row_factory=_claimed_rows) as cursor:
         await cursor.execute(statement, params)
@@ -449,7 +462,7 @@ CROSS JOIN LATERAL (
            AS due,
            min(extract(epoch FROM p.keyingi_urinish)) AS first_due
     FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} r
-          WHERE holat = {pending} AND navbat = q.navbat {not_paused}
+          WHERE holat = {pending} AND navbat = q.navbat {bot_rows} {not_paused}
           ORDER BY keyingi_urinish, id LIMIT 64) p
     LEFT JOIN {chat_navbati} c ON c.bot = %(bot)s AND c.chat = p.chat
 ) d
@@ -463,7 +476,8 @@ async def queue_timing(
 ) -> QueueTiming:
     """When ``queues`` may have work for a claim, and how long their bot is paused."""
     params = {"queues": list(queues), "horizon": float(horizon), "bot": bot}
-    cursor = await conn.execute(_sql(_QUEUE_TIMING, schema), params)
+    statement = _QUEUE_TIMING.replace("{bot_rows}", _BOT_ROWS[False])
+    cursor = await conn.execute(_sql(statement, schema), params)
     row = await cursor.fetchone()
     if row is None:
         return QueueTiming(None, 0.0)
@@ -471,6 +485,47 @@ async def queue_timing(
     # A pause written by the outbox's own code is believed up to the cap.
     paused = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
     return QueueTiming(None if due is None else float(due), paused, bool(due_now))
+
+
+# The same for many bots at once (a relay with a folder of tokens), one row per bot that has
+# pending rows in ``queues``: for each bot and queue, one probe of outbox_bot_kutmoqda_idx, so
+# a bot with nothing pending costs the relay's round one index probe per queue and no claim.
+_BOTS_TIMING = """
+SELECT b.bot,
+       min(greatest(d.due, extract(epoch FROM h.pauza_tugashi),
+                    extract(epoch FROM h.keyingi_slot) - %(horizon)s))
+           - extract(epoch FROM now()),
+       coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM now())), 0)::float8,
+       coalesce(bool_or(d.first_due <= extract(epoch FROM now())), false)
+FROM unnest(%(bots)s::text[]) AS b(bot)
+CROSS JOIN unnest(%(queues)s::text[]) AS q(navbat)
+CROSS JOIN LATERAL (
+    SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
+           AS due,
+           min(extract(epoch FROM p.keyingi_urinish)) AS first_due
+    FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} r
+          WHERE holat = {pending} AND r.bot = b.bot AND navbat = q.navbat {not_paused}
+          ORDER BY keyingi_urinish, id LIMIT 64) p
+    LEFT JOIN {chat_navbati} c ON c.bot = b.bot AND c.chat = p.chat
+) d
+LEFT JOIN {bot_holati} h ON h.bot = b.bot
+WHERE d.due IS NOT NULL
+GROUP BY b.bot
+""".replace("{not_paused}", not_paused("r", queue="q.navbat", bot="b.bot").strip())
+
+
+async def bots_timing(
+    conn: AsyncConn, bots: Sequence[str], queues: Sequence[str], *, schema: str, horizon: float
+) -> dict[str, QueueTiming]:
+    """``queue_timing`` of each of ``bots`` (their own rows only) in one statement; a bot
+    with nothing pending is left out (no work)."""
+    params = {"bots": list(bots), "queues": list(queues), "horizon": float(horizon)}
+    cursor = await conn.execute(_sql(_BOTS_TIMING, schema), params)
+    found: dict[str, QueueTiming] = {}
+    for bot, due, paused, due_now in await cursor.fetchall():
+        paused = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
+        found[str(bot)] = QueueTiming(None if due is None else float(due), paused, bool(due_now))
+    return found
 
 
 # --- the progress line of a drain ------------------------------------------------------------
