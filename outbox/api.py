@@ -83,8 +83,7 @@ def bot_column(bot: int | str | None) -> str | None:
         return None
     if isinstance(bot, str) and ":" in bot:
         raise InvalidInput(
-            "bot= takes the bot's public id (the digits before the token's colon), "
-            "never the token"
+            "bot= takes the bot's public id (the digits before the token's colon), never the token"
         )
     if isinstance(bot, str) and bot.isascii() and bot.isdigit():
         bot = int(bot)
@@ -93,9 +92,7 @@ def bot_column(bot: int | str | None) -> str | None:
     return str(bot)
 
 
-def check_destination(
-    queue: str, batch: str | None, bot: int | str | None = None
-) -> str | None:
+def check_destination(queue: str, batch: str | None, bot: int | str | None = None) -> str | None:
     """The queue a message goes to, the batch it belongs to and the bot that sends it, or
     ``InvalidInput``; the ``bot`` column's value."""
     try:
@@ -161,8 +158,9 @@ def enqueue(
     public id of the bot that sends it (the digits before its token's colon), served by the
     relays whose ``--tokens-dir`` holds that token; without it, the relay with one token
     (``TELEGRAM_BOT_TOKEN``) that serves the queue sends it. ``queue`` is the lane of work:
-    a relay serves the queues it is told to (``--queue``). ``batch`` names the broadcast it belongs to (``outbox batch NAME`` shows its progress; a
-    batch is paused, resumed and cancelled as one); ``enqueue_many`` adds many at once.
+    a relay serves the queues it is told to (``--queue``). ``batch`` names the broadcast it
+    belongs to (``outbox batch NAME`` shows its progress; a batch is paused, resumed and
+    cancelled as one); ``enqueue_many`` adds many at once.
     """
     steps = _enqueue_steps(
         key=key,

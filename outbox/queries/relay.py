@@ -523,8 +523,8 @@ async def bots_timing(
     cursor = await conn.execute(_sql(_BOTS_TIMING, schema), params)
     found: dict[str, QueueTiming] = {}
     for bot, due, paused, due_now in await cursor.fetchall():
-        paused = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
-        found[str(bot)] = QueueTiming(None if due is None else float(due), paused, bool(due_now))
+        pause = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
+        found[str(bot)] = QueueTiming(None if due is None else float(due), pause, bool(due_now))
     return found
 
 

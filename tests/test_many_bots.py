@@ -1,0 +1,241 @@
+"""Many bots, one fleet: relays started with ``--tokens-dir`` serve every bot of the folder,
+each row by its own bot, each bot within its own limits and flood pause. Relays are real
+processes; Telegram is the fake Bot API, which keeps its limits per bot."""
+
+from __future__ import annotations
+
+import collections
+import signal
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import sqlalchemy as sa
+
+from outbox import enqueue, enqueue_many
+from outbox.errors import InvalidInput
+from outbox_testing.fake_telegram import FakeTelegram, Fault
+from tests.support import (
+    DEFAULT_LIMITS,
+    Relays,
+    relay_env,
+    run_module,
+    states,
+    text,
+    wait_until,
+)
+
+BOTS = {bot: f"{bot}:secret-of-bot-{bot}" for bot in (1001, 1002, 1003, 1004)}
+
+
+@pytest.fixture
+def strict_fake() -> Iterator[FakeTelegram]:
+    """The fake Bot API taking any token, enforcing Telegram's limits per bot."""
+    fake = FakeTelegram(enforce_limits=True).start_in_thread()
+    yield fake
+    fake.stop_thread()
+
+
+@pytest.fixture
+def any_fake() -> Iterator[FakeTelegram]:
+    fake = FakeTelegram().start_in_thread()
+    yield fake
+    fake.stop_thread()
+
+
+def _tokens(folder: Path, bots: dict[int, str]) -> Path:
+    folder.mkdir(exist_ok=True)
+    for bot, token in bots.items():
+        (folder / f"bot-{bot}").write_text(token + "\n")
+    return folder
+
+
+def _by_bot(fake: FakeTelegram) -> dict[int, list[str]]:
+    sent: dict[int, list[str]] = collections.defaultdict(list)
+    for d in fake.delivered:
+        sent[d.bot_id].append(d.text)
+    return sent
+
+
+def _enqueue_for(engine: sa.Engine, bot: int, count: int, *, chat0: int, tag: str = "") -> None:
+    with engine.begin() as conn:
+        enqueue_many(
+            conn,
+            [(f"{tag}b{bot}-{n}", text(chat0 + n, f"{tag}{bot}")) for n in range(count)],
+            bot=bot,
+        )
+
+
+def _bot_env(db_url: str, fake: FakeTelegram, folder: Path, **settings: str) -> dict[str, str]:
+    env = relay_env(db_url, fake.api_url, OUTBOX_TOKENS_DIR=str(folder), **settings)
+    # A relay with a folder of tokens does not read TELEGRAM_BOT_TOKEN: none is set.
+    env.pop("TELEGRAM_BOT_TOKEN")
+    return env
+
+
+def test_two_relays_serve_every_bot_each_row_by_its_own_bot(
+    engine: sa.Engine, db_url: str, strict_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    folder = _tokens(tmp_path / "tokens", BOTS)
+    for k, bot in enumerate(BOTS):
+        _enqueue_for(engine, bot, 100, chat0=10_000 * (k + 1))
+    # One bot's 429 (its sixth chat): it pauses alone; the other bots go on meanwhile.
+    strict_fake.script(10_005, Fault.retry_after(4))
+    env = _bot_env(db_url, strict_fake, folder, **DEFAULT_LIMITS)
+    with Relays(env, tmp_path).running() as fleet:
+        started = [fleet.start() for _ in range(2)]
+        wait_until(
+            lambda: states(engine).get("bajarildi") == 100 * len(BOTS),
+            90,
+            "every message sent",
+            explain=fleet.describe,
+        )
+        for relay in started:
+            assert relay.stop() == 0, fleet.describe()
+    sent = _by_bot(strict_fake)
+    assert set(sent) == set(BOTS)
+    for bot in BOTS:
+        # Each row once, and by the bot it names (its text carries the bot's id).
+        assert len(sent[bot]) == 100 and len(set(sent[bot])) == 100
+        assert all(t.endswith(f"/{bot}") for t in sent[bot])
+    # Beyond the scripted 429, the limits the fake enforces per bot were kept.
+    stats = strict_fake.stats()
+    refused = [(r.bot_id, r.chat_id, r.at) for r in strict_fake.requests if r.status == 429]
+    assert stats["rejected_429"] <= 1 + 0.01 * stats["requests"], (stats, refused)
+    flooded = next(r.at for r in strict_fake.requests if r.status == 429)
+    during = [d for d in strict_fake.delivered if flooded < d.at < flooded + 4]
+    assert not [d for d in during if d.bot_id == 1001], "the paused bot sent"
+    assert {d.bot_id for d in during} == set(BOTS) - {1001}, "the pause held back other bots"
+    assert all("sent" in relay.stdout for relay in started), fleet.describe()
+    # The token never reaches a log or the database.
+    logs = "".join(r.stdout + r.stderr for r in started)
+    assert not any(token.split(":")[1] in logs for token in BOTS.values())
+
+
+def test_old_set_ups_rows_without_a_bot_go_to_the_single_token_relay(
+    engine: sa.Engine, db_url: str, any_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    folder = _tokens(tmp_path / "tokens", {1001: BOTS[1001]})
+    with engine.begin() as conn:
+        for n in range(5):
+            enqueue(conn, key=f"plain-{n}", payload=text(500 + n, "plain"))
+            enqueue(conn, key=f"queued-{n}", payload=text(600 + n, "queued"), queue="other")
+    _enqueue_for(engine, 1001, 5, chat0=700)
+    with Relays(relay_env(db_url, any_fake.api_url), tmp_path).running() as fleet:
+        # The folder's relay takes only the rows that name its bot.
+        bots = fleet.start(OUTBOX_TOKENS_DIR=str(folder))
+        wait_until(lambda: len(_by_bot(any_fake)[1001]) == 5, 30, "bot 1001's rows")
+        single = fleet.start("--drain")
+        queued = fleet.start("--drain", "--queue", "other")
+        assert single.wait() == 0 and queued.wait() == 0, fleet.describe()
+        assert bots.stop() == 0, fleet.describe()
+    sent = _by_bot(any_fake)
+    assert sorted(sent) == [1001, 123456]
+    assert sorted(sent[123456]) == sorted(
+        [text(500 + n, "plain")["text"] for n in range(5)]
+        + [text(600 + n, "queued")["text"] for n in range(5)]
+    )
+    assert _counts(engine) == {"bajarildi": 15}
+
+
+def test_enqueue_refuses_a_token_for_a_bot(engine: sa.Engine) -> None:
+    with engine.begin() as conn, pytest.raises(InvalidInput, match="never the token") as err:
+        enqueue(conn, key="k", payload=text(1, "x"), bot="1001:secret-part")  # type: ignore[arg-type]
+    assert "secret-part" not in str(err.value)
+    with engine.begin() as conn, pytest.raises(InvalidInput, match="public id"):
+        enqueue(conn, key="k", payload=text(1, "x"), bot=-5)
+    with engine.begin() as conn:
+        enqueue(conn, key="k", payload=text(1, "x"), bot=1001)
+        found = conn.execute(sa.text("SELECT bot FROM outbox WHERE kalit = 'k'")).scalar_one()
+    assert found == "1001"
+
+
+def test_token_files_added_replaced_and_removed_while_relays_run(
+    engine: sa.Engine, db_url: str, any_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    folder = _tokens(tmp_path / "tokens", {1001: BOTS[1001]})
+    (folder / ".hidden").write_text("not a token")
+    (folder / "broken").write_text("no token here")
+    with Relays(_bot_env(db_url, any_fake, folder), tmp_path).running() as fleet:
+        relays = [fleet.start() for _ in range(2)]
+        _enqueue_for(engine, 1001, 3, chat0=100)
+        _enqueue_for(engine, 1002, 3, chat0=200)
+        wait_until(lambda: len(_by_bot(any_fake)[1001]) == 3, 30, "bot 1001's rows")
+        # Added: bot 1002 is picked up without a restart.
+        _tokens(folder, {1002: BOTS[1002]})
+        wait_until(lambda: len(_by_bot(any_fake)[1002]) == 3, 30, "bot 1002's rows")
+        # Replaced: the old token is revoked, the file holds the new one.
+        any_fake.revoke_token(BOTS[1002])
+        (folder / "bot-1002").write_text("1002:the-new-secret")
+        _enqueue_for(engine, 1002, 3, chat0=300, tag="after-")
+        wait_until(lambda: len(_by_bot(any_fake)[1002]) == 6, 30, "bot 1002's rows, new token")
+        # Removed: bot 1001's rows wait.
+        (folder / "bot-1001").unlink()
+        wait_until(
+            lambda: all("bot 1001" in r.stderr and "gone" in r.stderr for r in relays),
+            30,
+            "both relays drop bot 1001",
+            explain=fleet.describe,
+        )
+        _enqueue_for(engine, 1001, 2, chat0=400, tag="late-")
+        for relay in relays:
+            assert relay.stop() == 0, fleet.describe()
+    assert len(_by_bot(any_fake)[1001]) == 3
+    assert _counts(engine) == {"bajarildi": 9, "kutmoqda": 2}
+    logs = "".join(r.stderr for r in relays)
+    assert "tokens file broken does not hold a Telegram bot token" in logs
+    assert ".hidden" not in logs and "secret" not in logs
+
+
+def test_a_rejected_token_stops_its_bot_alone(
+    engine: sa.Engine, db_url: str, any_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    folder = _tokens(tmp_path / "tokens", {1001: BOTS[1001], 1002: BOTS[1002]})
+    any_fake.revoke_token(BOTS[1002])
+    _enqueue_for(engine, 1001, 4, chat0=100)
+    _enqueue_for(engine, 1002, 4, chat0=200)
+    with Relays(_bot_env(db_url, any_fake, folder), tmp_path).running() as fleet:
+        relay = fleet.start()
+        wait_until(lambda: len(_by_bot(any_fake)[1001]) == 4, 30, "bot 1001's rows")
+        wait_until(lambda: "rejected the token" in relay.stderr, 30, "the rejection")
+        status = _status(db_url)
+        assert relay.alive()
+        assert relay.stop() == 0, fleet.describe()
+    assert _counts(engine) == {"bajarildi": 4, "kutmoqda": 4}
+    assert "1002" in status and "rejected" in status, status
+    assert "bot-1002" in relay.stderr and BOTS[1002].split(":")[1] not in relay.stderr
+
+
+def test_a_relay_killed_leaves_its_bots_to_the_other(
+    engine: sa.Engine, db_url: str, any_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    folder = _tokens(tmp_path / "tokens", BOTS)
+    env = _bot_env(db_url, any_fake, folder, OUTBOX_LEASE="3s", OUTBOX_GRACE="0s")
+    env["OUTBOX_TELEGRAM_TIMEOUT"] = "2s"
+    any_fake.latency = 0.05
+    for k, bot in enumerate(BOTS):
+        _enqueue_for(engine, bot, 40, chat0=1000 * (k + 1))
+    with Relays(env, tmp_path).running() as fleet:
+        doomed = fleet.start()
+        wait_until(lambda: len(any_fake.delivered) >= 10, 30, "the first relay sending")
+        doomed.signal(signal.SIGKILL)
+        doomed.wait()
+        other = fleet.start()
+        wait_until(
+            lambda: states(engine).get("bajarildi") == 40 * len(BOTS),
+            60,
+            "every message sent by the other relay",
+            explain=fleet.describe,
+        )
+        assert other.stop() == 0, fleet.describe()
+    sent = _by_bot(any_fake)
+    assert {bot: len(set(texts)) for bot, texts in sent.items()} == dict.fromkeys(BOTS, 40)
+
+
+def _counts(engine: sa.Engine) -> dict[str, int]:
+    return {str(state): n for state, n in states(engine).items() if n}
+
+
+def _status(db_url: str) -> str:
+    done = run_module("outbox", "status", env={"OUTBOX_DATABASE_URL": db_url})
+    return done.stdout
