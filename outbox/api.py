@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Enqueued",
+    "bot_status",
     "cancel",
     "cancel_async",
     "enqueue",
@@ -308,10 +309,17 @@ def list_messages(
     limit: int = 50,
     schema: str | None = None,
     queue: str | None = None,
+    bot: int | str | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat), kind (tur) and/or queue."""
+    """Messages newest first, optionally of one state (holat), kind (tur), queue and/or bot."""
     return queries.list_messages(
-        conn, schema=resolve_schema(schema), state=state, kind=kind, limit=limit, queue=queue
+        conn,
+        schema=resolve_schema(schema),
+        state=state,
+        kind=kind,
+        limit=limit,
+        queue=queue,
+        bot=bot_column(bot),
     )
 
 
@@ -329,11 +337,12 @@ def replay(
     failed_within_seconds: float | None = None,
     schema: str | None = None,
     queue: str | None = None,
+    bot: int | str | None = None,
 ) -> list[ReplayResult]:
     """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
 
-    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue`` and
-    ``failed_within_seconds``. A message whose key already has a sent marker is refused
+    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue``, ``bot``
+    and ``failed_within_seconds``. A message whose key already has a sent marker is refused
     (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless ``force``.
     """
     return queries.replay(
@@ -344,6 +353,7 @@ def replay(
         kind=kind,
         failed_within_seconds=failed_within_seconds,
         queue=queue,
+        bot=bot_column(bot),
     )
 
 
@@ -353,6 +363,14 @@ def replay(
 def relays(conn: SyncConn, *, schema: str | None = None) -> list[queries.RelayRecord]:
     """The relays in the fleet's register, alive or gone (until maintenance forgets them)."""
     return queries.list_relays(conn, schema=resolve_schema(schema))
+
+
+def bot_status(
+    conn: SyncConn, *, schema: str | None = None, bot: int | str | None = None
+) -> list[queries.BotFigures]:
+    """Each bot's figures: its rows per live state, lag, pauses, and whether a live relay
+    holds its token (served, rejected by Telegram, missing)."""
+    return queries.bot_status(conn, schema=resolve_schema(schema), bot=bot_column(bot))
 
 
 def unserved_queues(conn: SyncConn, *, schema: str | None = None) -> dict[str, int]:

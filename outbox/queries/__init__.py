@@ -34,6 +34,7 @@ from outbox.queries._common import (
 )
 from outbox.queries.app import cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
+from outbox.queries.bots import BotFigures, TokenState, bot_status
 from outbox.queries.maintenance import (
     Pruned,
     Reaped,
@@ -89,6 +90,7 @@ if TYPE_CHECKING:
 __all__ = [
     "Activity",
     "BatchProgress",
+    "BotFigures",
     "ClaimLimits",
     "ClaimedRow",
     "Message",
@@ -104,9 +106,11 @@ __all__ = [
     "Scope",
     "SentMarker",
     "SyncConn",
+    "TokenState",
     "announce_pause",
     "backlog",
     "batch_progress",
+    "bot_status",
     "bots_timing",
     "cancel",
     "cancel_batch",

@@ -52,6 +52,7 @@ class Message:
     error_code: str | None = None  # xato_turi: a FailureCode; None before outbox_0004
     failed_at: datetime | None = None  # xato_vaqti: when it went to xato (failed rows only)
     batch: str | None = None  # partiya: the broadcast it belongs to (outbox_0006)
+    bot: str | None = None  # the public id of the bot that sends it (outbox_0011)
 
     @property
     def method(self) -> str:
@@ -106,6 +107,7 @@ def _message(row: Row[Any]) -> Message:
         error_code=fields["error_code"],
         failed_at=fields["failed_at"],
         batch=fields["batch"],
+        bot=fields["bot"],
     )
 
 
@@ -122,7 +124,7 @@ _FAILED_AT = "CASE WHEN o.holat = {failed} THEN coalesce(o.xato_vaqti, o.yangila
 # Payload and tarix come as text, decoded with a fallback (read_json): any row can be shown.
 _MESSAGE_COLUMNS = f"""
     {select("o", "id", "kind", "queue", "key", "state", "attempts", "last_error", "error_code",
-            "batch",
+            "batch", "bot",
             payload="{}::text", history="{}::text", next_attempt_at=_FINITE,
             claimed_at=_FINITE, created_at=_FINITE, updated_at=_FINITE, failed_at=_FINITE)},
     {_MARKER_COLUMNS}
@@ -134,6 +136,7 @@ FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE (CAST(:holat AS text) IS NULL OR o.holat = CAST(:holat AS text))
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
+  AND (CAST(:bot AS text) IS NULL OR o.bot = CAST(:bot AS text))
   AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id DESC
 LIMIT :limit
@@ -149,9 +152,10 @@ def list_messages(
     limit: int = 50,
     failed_within_seconds: float | None = None,
     queue: str | None = None,
+    bot: str | None = None,
 ) -> list[Message]:
-    """Newest first, optionally only one state and/or kind and/or queue, and/or failed (gone
-    to xato, ``xato_vaqti``) within the last ``failed_within_seconds``: only failed rows then.
+    """Newest first, optionally only one state, kind, queue and/or bot, and/or failed (gone to
+    xato, ``xato_vaqti``) within the last ``failed_within_seconds``: only failed rows then.
     """
     params = {
         "holat": state,
@@ -159,6 +163,7 @@ def list_messages(
         "limit": limit,
         "since": failed_within_seconds,
         "navbat": queue,
+        "bot": bot,
     }
     return [_message(row) for row in _execute(conn, schema, _LIST_MESSAGES, params).fetchall()]
 
@@ -215,6 +220,7 @@ FROM {{outbox}} o LEFT JOIN {{yuborilgan}} y ON y.kalit = o.kalit
 WHERE o.holat = {{failed}}
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
+  AND (CAST(:bot AS text) IS NULL OR o.bot = CAST(:bot AS text))
   AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id
 FOR UPDATE OF o
@@ -264,13 +270,19 @@ def replay(
     kind: str | None = None,
     failed_within_seconds: float | None = None,
     queue: str | None = None,
+    bot: str | None = None,
 ) -> list[ReplayResult]:
     """Move failed rows back to the queue: the given ids, or (``ids=None``) every xato row
     matching ``kind`` and ``failed_within_seconds``. A row whose key has a sent marker is
     refused unless ``force``. Runs in the caller's transaction; the caller commits.
     """
     if ids is None:
-        params: dict[str, Any] = {"tur": kind, "since": failed_within_seconds, "navbat": queue}
+        params: dict[str, Any] = {
+            "tur": kind,
+            "since": failed_within_seconds,
+            "navbat": queue,
+            "bot": bot,
+        }
         found = _execute(conn, schema, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
         wanted = [int(row.id) for row in found]
     else:
