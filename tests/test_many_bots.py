@@ -8,6 +8,7 @@ import collections
 import signal
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 import sqlalchemy as sa
@@ -21,7 +22,6 @@ from tests.support import (
     relay_env,
     run_module,
     states,
-    text,
     wait_until,
 )
 
@@ -43,6 +43,11 @@ def any_fake() -> Iterator[FakeTelegram]:
     fake.stop_thread()
 
 
+def _say(chat: int, label: str) -> dict[str, Any]:
+    """A message to ``chat`` whose text names what sent it (``label``: the bot, a tag)."""
+    return {"chat_id": chat, "text": f"eslatma {chat}/{label}"}
+
+
 def _tokens(folder: Path, bots: dict[int, str]) -> Path:
     folder.mkdir(exist_ok=True)
     for bot, token in bots.items():
@@ -61,7 +66,7 @@ def _enqueue_for(engine: sa.Engine, bot: int, count: int, *, chat0: int, tag: st
     with engine.begin() as conn:
         enqueue_many(
             conn,
-            [(f"{tag}b{bot}-{n}", text(chat0 + n, f"{tag}{bot}")) for n in range(count)],
+            [(f"{tag}b{bot}-{n}", _say(chat0 + n, f"{tag}{bot}")) for n in range(count)],
             bot=bot,
         )
 
@@ -104,8 +109,9 @@ def test_two_relays_serve_every_bot_each_row_by_its_own_bot(
     assert stats["rejected_429"] <= 1 + 0.01 * stats["requests"], (stats, refused)
     flooded = next(r.at for r in strict_fake.requests if r.status == 429)
     during = [d for d in strict_fake.delivered if flooded < d.at < flooded + 4]
-    assert not [d for d in during if d.bot_id == 1001], "the paused bot sent"
-    assert {d.bot_id for d in during} == set(BOTS) - {1001}, "the pause held back other bots"
+    # Sends already on their way when the 429 came may land; after that the bot waits.
+    assert not [d for d in during if d.bot_id == 1001 and d.at > flooded + 1], "the bot sent"
+    assert {d.bot_id for d in during} >= set(BOTS) - {1001}, "the pause held back other bots"
     assert all("sent" in relay.stdout for relay in started), fleet.describe()
     # The token never reaches a log or the database.
     logs = "".join(r.stdout + r.stderr for r in started)
@@ -118,8 +124,8 @@ def test_old_set_ups_rows_without_a_bot_go_to_the_single_token_relay(
     folder = _tokens(tmp_path / "tokens", {1001: BOTS[1001]})
     with engine.begin() as conn:
         for n in range(5):
-            enqueue(conn, key=f"plain-{n}", payload=text(500 + n, "plain"))
-            enqueue(conn, key=f"queued-{n}", payload=text(600 + n, "queued"), queue="other")
+            enqueue(conn, key=f"plain-{n}", payload=_say(500 + n, "plain"))
+            enqueue(conn, key=f"queued-{n}", payload=_say(600 + n, "queued"), queue="other")
     _enqueue_for(engine, 1001, 5, chat0=700)
     with Relays(relay_env(db_url, any_fake.api_url), tmp_path).running() as fleet:
         # The folder's relay takes only the rows that name its bot.
@@ -132,20 +138,20 @@ def test_old_set_ups_rows_without_a_bot_go_to_the_single_token_relay(
     sent = _by_bot(any_fake)
     assert sorted(sent) == [1001, 123456]
     assert sorted(sent[123456]) == sorted(
-        [text(500 + n, "plain")["text"] for n in range(5)]
-        + [text(600 + n, "queued")["text"] for n in range(5)]
+        [_say(500 + n, "plain")["text"] for n in range(5)]
+        + [_say(600 + n, "queued")["text"] for n in range(5)]
     )
     assert _counts(engine) == {"bajarildi": 15}
 
 
 def test_enqueue_refuses_a_token_for_a_bot(engine: sa.Engine) -> None:
     with engine.begin() as conn, pytest.raises(InvalidInput, match="never the token") as err:
-        enqueue(conn, key="k", payload=text(1, "x"), bot="1001:secret-part")  # type: ignore[arg-type]
+        enqueue(conn, key="k", payload=_say(1, "x"), bot="1001:secret-part")  # type: ignore[arg-type]
     assert "secret-part" not in str(err.value)
     with engine.begin() as conn, pytest.raises(InvalidInput, match="public id"):
-        enqueue(conn, key="k", payload=text(1, "x"), bot=-5)
+        enqueue(conn, key="k", payload=_say(1, "x"), bot=-5)
     with engine.begin() as conn:
-        enqueue(conn, key="k", payload=text(1, "x"), bot=1001)
+        enqueue(conn, key="k", payload=_say(1, "x"), bot=1001)
         found = conn.execute(sa.text("SELECT bot FROM outbox WHERE kalit = 'k'")).scalar_one()
     assert found == "1001"
 

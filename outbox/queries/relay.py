@@ -488,28 +488,36 @@ async def queue_timing(
 
 
 # The same for many bots at once (a relay with a folder of tokens), one row per bot that has
-# pending rows in ``queues``: for each bot and queue, one probe of outbox_bot_kutmoqda_idx, so
-# a bot with nothing pending costs the relay's round one index probe per queue and no claim.
+# pending rows in ``queues``. For each bot and queue, one probe of outbox_bot_kutmoqda_idx finds
+# its first pending row; only when that one is due are its first rows matched against their
+# chats (a one-time filter on the inner scan). So a bot with nothing pending costs a round one
+# index probe per queue, and one whose rows are all for later, two.
 _BOTS_TIMING = """
 SELECT b.bot,
-       min(greatest(d.due, extract(epoch FROM h.pauza_tugashi),
+       min(greatest(CASE WHEN f.at > now() THEN extract(epoch FROM f.at) ELSE d.due END,
+                    extract(epoch FROM h.pauza_tugashi),
                     extract(epoch FROM h.keyingi_slot) - %(horizon)s))
            - extract(epoch FROM now()),
        coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM now())), 0)::float8,
-       coalesce(bool_or(d.first_due <= extract(epoch FROM now())), false)
+       bool_or(f.at <= now())
 FROM unnest(%(bots)s::text[]) AS b(bot)
 CROSS JOIN unnest(%(queues)s::text[]) AS q(navbat)
 CROSS JOIN LATERAL (
+    SELECT keyingi_urinish AS at FROM {outbox} r
+    WHERE holat = {pending} AND r.bot = b.bot AND navbat = q.navbat {not_paused}
+    ORDER BY keyingi_urinish, id LIMIT 1
+) f
+LEFT JOIN LATERAL (
+    -- A row whose chat may not receive yet is due when its chat may (the first rows only).
     SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
-           AS due,
-           min(extract(epoch FROM p.keyingi_urinish)) AS first_due
+           AS due
     FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} r
-          WHERE holat = {pending} AND r.bot = b.bot AND navbat = q.navbat {not_paused}
+          WHERE f.at <= now()
+            AND holat = {pending} AND r.bot = b.bot AND navbat = q.navbat {not_paused}
           ORDER BY keyingi_urinish, id LIMIT 64) p
     LEFT JOIN {chat_navbati} c ON c.bot = b.bot AND c.chat = p.chat
-) d
+) d ON true
 LEFT JOIN {bot_holati} h ON h.bot = b.bot
-WHERE d.due IS NOT NULL
 GROUP BY b.bot
 """.replace("{not_paused}", not_paused("r", queue="q.navbat", bot="b.bot").strip())
 
