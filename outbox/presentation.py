@@ -172,6 +172,7 @@ SHOWN_FIELDS = (
     "id",
     "kind",
     "queue",
+    "bot",
     "key",
     "state",
     "attempts",

@@ -5,6 +5,7 @@ processes; Telegram is the fake Bot API, which keeps its limits per bot."""
 from __future__ import annotations
 
 import collections
+import json
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -127,6 +128,8 @@ def test_old_set_ups_rows_without_a_bot_go_to_the_single_token_relay(
             enqueue(conn, key=f"plain-{n}", payload=_say(500 + n, "plain"))
             enqueue(conn, key=f"queued-{n}", payload=_say(600 + n, "queued"), queue="other")
     _enqueue_for(engine, 1001, 5, chat0=700)
+    # A row that names the single-token relay's own bot is that relay's too.
+    _enqueue_for(engine, 123456, 1, chat0=800)
     with Relays(relay_env(db_url, any_fake.api_url), tmp_path).running() as fleet:
         # The folder's relay takes only the rows that name its bot.
         bots = fleet.start(OUTBOX_TOKENS_DIR=str(folder))
@@ -140,8 +143,9 @@ def test_old_set_ups_rows_without_a_bot_go_to_the_single_token_relay(
     assert sorted(sent[123456]) == sorted(
         [_say(500 + n, "plain")["text"] for n in range(5)]
         + [_say(600 + n, "queued")["text"] for n in range(5)]
+        + [_say(800, "123456")["text"]]
     )
-    assert _counts(engine) == {"bajarildi": 15}
+    assert _counts(engine) == {"bajarildi": 16}
 
 
 def test_enqueue_refuses_a_token_for_a_bot(engine: sa.Engine) -> None:
@@ -284,3 +288,20 @@ def _status(db_url: str) -> str:
     """``outbox status``: its table and its warnings."""
     done = run_module("outbox", "status", env={"OUTBOX_DATABASE_URL": db_url})
     return done.stdout + done.stderr
+
+
+def test_list_and_replay_by_bot(engine: sa.Engine, db_url: str) -> None:
+    _enqueue_for(engine, 1001, 2, chat0=100)
+    _enqueue_for(engine, 1002, 2, chat0=200)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE outbox SET holat = 'xato', oxirgi_xato = 'x'"))
+    env = {"OUTBOX_DATABASE_URL": db_url}
+    listed = run_module("outbox", "list", "--bot", "1002", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(m["kalit"] for m in json.loads(listed.stdout)) == ["b1002-0", "b1002-1"]
+    assert {m["bot"] for m in json.loads(listed.stdout)} == {"1002"}
+    replayed = run_module("outbox", "replay", "--all-failed", "--bot", "1001", env=env)
+    assert replayed.stdout == "replayed 2 failed messages (bot 1001)\n", replayed.stderr
+    assert _counts(engine) == {"kutmoqda": 2, "xato": 2}
+    refused = run_module("outbox", "list", "--bot", "1001:secret", env=env)
+    assert refused.returncode == 2 and "secret" not in refused.stderr
