@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import collections
 import json
+import re
 import signal
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +26,7 @@ from tests.support import (
     states,
     wait_until,
 )
+from tests.webapp import local_page
 
 BOTS = {bot: f"{bot}:secret-of-bot-{bot}" for bot in (1001, 1002, 1003, 1004)}
 
@@ -215,8 +217,14 @@ def test_a_rejected_token_stops_its_bot_alone(
             30,
             "the status naming the rejected token",
         )
+        with local_page(db_url) as page:
+            body = page.get("/").body
         assert relay.alive()
         assert relay.stop() == 0, fleet.describe()
+    # The web page shows each bot with its state, never a token.
+    row_1002 = re.search(r'<tr data-bot="1002".*?</tr>', body, re.S)
+    assert row_1002 is not None and "token rejected" in row_1002.group(0), body
+    assert 'data-bot="1001"' in body and "secret-of-bot" not in body
     assert _counts(engine) == {"bajarildi": 4, "kutmoqda": 4}
     line = next(line for line in status.splitlines() if line.startswith("1002 "))
     assert line.split()[1] == "4" and line.endswith("token rejected"), status

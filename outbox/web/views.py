@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from outbox.presentation import (
     HEADLINE,
+    bot_state,
     queue_worth_showing,
     replay_refusal,
     span,
@@ -21,6 +22,7 @@ from outbox.states import State
 
 __all__ = [
     "STATE_NAMES",
+    "bot_state",
     "Bar",
     "HistoryEntry",
     "chart_bars",
