@@ -22,9 +22,9 @@ from outbox.states import State
 
 __all__ = [
     "STATE_NAMES",
-    "bot_state",
     "Bar",
     "HistoryEntry",
+    "bot_state",
     "chart_bars",
     "chat_of",
     "extra_payload",
