@@ -313,3 +313,39 @@ def test_list_and_replay_by_bot(engine: sa.Engine, db_url: str) -> None:
     assert _counts(engine) == {"kutmoqda": 2, "xato": 2}
     refused = run_module("outbox", "list", "--bot", "1001:secret", env=env)
     assert refused.returncode == 2 and "secret" not in refused.stderr
+
+
+def test_a_bot_with_a_backlog_does_not_starve_another(
+    engine: sa.Engine, db_url: str, any_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    folder = _tokens(tmp_path / "tokens", {1001: BOTS[1001], 1002: BOTS[1002]})
+    _enqueue_for(engine, 1001, 2000, chat0=100_000)
+    with Relays(_bot_env(db_url, any_fake, folder), tmp_path).running() as fleet:
+        relay = fleet.start()
+        wait_until(lambda: len(_by_bot(any_fake)[1001]) >= 50, 60, "bot 1001 sending")
+        _enqueue_for(engine, 1002, 5, chat0=200)
+        wait_until(
+            lambda: _counts(engine) == {"bajarildi": 2005}, 120, "all sent", explain=fleet.describe
+        )
+        assert relay.stop() == 0, fleet.describe()
+    last = {bot: max(d.at for d in any_fake.delivered if d.bot_id == bot) for bot in (1001, 1002)}
+    # Enqueued behind 2,000 rows of another bot, bot 1002's five went out in the meantime.
+    assert last[1002] < last[1001], last
+
+
+def test_drain_and_once_with_a_folder_of_tokens(
+    engine: sa.Engine, db_url: str, any_fake: FakeTelegram, tmp_path: Path
+) -> None:
+    folder = _tokens(tmp_path / "tokens", {1001: BOTS[1001], 1002: BOTS[1002]})
+    _enqueue_for(engine, 1001, 3, chat0=100)
+    _enqueue_for(engine, 1002, 3, chat0=200)
+    with Relays(_bot_env(db_url, any_fake, folder), tmp_path).running() as fleet:
+        once = fleet.start("--once")
+        assert once.wait() == 0, fleet.describe()
+        assert "relay stopped: 6 sent" in once.stdout, fleet.describe()
+        _enqueue_for(engine, 1002, 4, chat0=300, tag="later-")
+        drain = fleet.start("--drain")
+        assert drain.wait() == 0, fleet.describe()
+
+    assert _counts(engine) == {"bajarildi": 10}, drain.stderr
+    assert {bot: len(texts) for bot, texts in _by_bot(any_fake).items()} == {1001: 3, 1002: 7}

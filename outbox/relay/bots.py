@@ -124,7 +124,10 @@ class BotLanes:
 
     @property
     def starting(self) -> bool:
-        return any(lane.state is LaneState.STARTING for lane in self.lanes.values())
+        """A bot's getMe has not been answered yet (a drain waits for it, as a relay with one
+        token waits for the Bot API before it starts)."""
+        waiting = (LaneState.STARTING, LaneState.UNREACHABLE)
+        return any(lane.state in waiting for lane in self.lanes.values())
 
     def serving(self) -> list[Lane]:
         return [lane for lane in self.lanes.values() if lane.state is LaneState.SERVING]
