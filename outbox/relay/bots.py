@@ -213,6 +213,8 @@ class BotLanes:
                     await asyncio.wait_for(lane.stopping.wait(), delay)
                 delay = min(delay * 2, _START_DELAY_MAX)
                 continue
+            if lane.stopping.is_set():
+                return  # retired (its file changed) while Telegram answered
             lane.state = LaneState.SERVING
             log.info("bot %s (tokens file %s): serving", lane.bot, lane.token.file)
             self.wakeup.set()
