@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import (
+    bots,
     broadcast,
     db_path,
     growth,
@@ -38,6 +39,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "peers": (peers.run, "7. procrastinate and PgQueuer on the workload of part 3"),
     "broadcast": (broadcast.run, "8. enqueue_many, a batch's progress and cancel, paused claims"),
     "lanes": (lanes.run, "9. lanes: a reply during a broadcast, a peak with and without windows"),
+    "bots": (bots.run, "10. many bots: --tokens-dir against a relay per token; 1,000 bots"),
 }
 RESULTS_DIR = Path("bench/results")
 

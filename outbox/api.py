@@ -26,6 +26,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "Enqueued",
+    "bot_status",
     "cancel",
     "cancel_async",
     "enqueue",
@@ -73,14 +74,36 @@ def _check_label(value: str, field: str) -> None:
         )
 
 
-def check_destination(queue: str, batch: str | None) -> None:
-    """The queue a message goes to and the batch it belongs to, or ``InvalidInput``."""
+# The bot column holds at most 20 digits (outbox_0011): Telegram's bot ids are far shorter.
+_MAX_BOT_ID = 10**20 - 1
+
+
+def bot_column(bot: int | str | None) -> str | None:
+    """The ``bot`` column for a bot named by its public id (an int, or its digits), or
+    ``InvalidInput``; a token is refused without being repeated."""
+    if bot is None:
+        return None
+    if isinstance(bot, str) and ":" in bot:
+        raise InvalidInput(
+            "bot= takes the bot's public id (the digits before the token's colon), never the token"
+        )
+    if isinstance(bot, str) and bot.isascii() and bot.isdigit():
+        bot = int(bot)
+    if isinstance(bot, bool) or not isinstance(bot, int) or not 0 < bot <= _MAX_BOT_ID:
+        raise InvalidInput("bot= takes the bot's public id, a positive whole number")
+    return str(bot)
+
+
+def check_destination(queue: str, batch: str | None, bot: int | str | None = None) -> str | None:
+    """The queue a message goes to, the batch it belongs to and the bot that sends it, or
+    ``InvalidInput``; the ``bot`` column's value."""
     try:
         validate_queue(queue)
     except ConfigError as err:
         raise InvalidInput(str(err)) from None
     if batch is not None:
         check_batch_name(batch)
+    return bot_column(bot)
 
 
 def _enqueue_steps(
@@ -95,8 +118,9 @@ def _enqueue_steps(
     priority: int = 0,
     early: timedelta | None = None,
     expires_at: datetime | None = None,
+    bot: int | str | None = None,
 ) -> queries.Steps:
-    check_destination(queue, batch)
+    bot_id = check_destination(queue, batch, bot)
     if not isinstance(key, str) or not key:
         raise InvalidInput("an outbox message needs a non-empty key")
     _check_label(key, "key")
@@ -113,6 +137,7 @@ def _enqueue_steps(
         queue=queue,
         batch=batch,
         lane=lane,
+        bot=bot_id,
     )
 
 
@@ -172,6 +197,7 @@ def enqueue(
     priority: int = 0,
     early: timedelta | None = None,
     expires_at: datetime | None = None,
+    bot: int | None = None,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -179,10 +205,13 @@ def enqueue(
     when the caller's transaction commits. ``key`` identifies the logical message: enqueueing
     the same key again returns the existing row. ``payload`` holds sendMessage's parameters
     (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
-    field). ``run_at`` (timezone-aware) delays the message; the default is now. ``queue``
-    names the bot that sends it: a relay serves the queues it is told to (``--queue``).
-    ``batch`` names the broadcast it belongs to (``outbox batch NAME`` shows its progress; a
-    batch is paused, resumed and cancelled as one); ``enqueue_many`` adds many at once.
+    field). ``run_at`` (timezone-aware) delays the message; the default is now. ``bot`` is the
+    public id of the bot that sends it (the digits before its token's colon), served by the
+    relays whose ``--tokens-dir`` holds that token; without it, the relay with one token
+    (``TELEGRAM_BOT_TOKEN``) that serves the queue sends it. ``queue`` is the lane of work:
+    a relay serves the queues it is told to (``--queue``). ``batch`` names the broadcast it
+    belongs to (``outbox batch NAME`` shows its progress; a batch is paused, resumed and
+    cancelled as one); ``enqueue_many`` adds many at once.
 
     Lanes, within the bot's one budget: ``priority`` (-10..10, default 0) goes first when
     higher (one send slot in ten still goes to the oldest due row, so a low priority is never
@@ -201,6 +230,7 @@ def enqueue(
         priority=priority,
         early=early,
         expires_at=expires_at,
+        bot=bot,
     )
     return Enqueued(*queries.run_sync(conn, steps))
 
@@ -218,6 +248,7 @@ async def enqueue_async(
     priority: int = 0,
     early: timedelta | None = None,
     expires_at: datetime | None = None,
+    bot: int | None = None,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_steps(
@@ -231,6 +262,7 @@ async def enqueue_async(
         priority=priority,
         early=early,
         expires_at=expires_at,
+        bot=bot,
     )
     return Enqueued(*await queries.run_async(conn, steps))
 
@@ -347,9 +379,10 @@ def list_messages(
     schema: str | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    bot: int | str | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat), kind (tur), queue and/or
-    priority (ustuvorlik)."""
+    """Messages newest first, optionally of one state (holat), kind (tur), queue, priority
+    (ustuvorlik) and/or bot."""
     return queries.list_messages(
         conn,
         schema=resolve_schema(schema),
@@ -358,6 +391,7 @@ def list_messages(
         limit=limit,
         queue=queue,
         priority=priority,
+        bot=bot_column(bot),
     )
 
 
@@ -376,13 +410,14 @@ def replay(
     schema: str | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    bot: int | str | None = None,
 ) -> list[ReplayResult]:
     """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
 
     ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue``,
-    ``priority`` and ``failed_within_seconds``. A message whose key already has a sent marker
-    is refused (``ReplayResult.replayed`` is False and ``marker`` says when it was sent) unless
-    ``force``.
+    ``priority``, ``bot`` and ``failed_within_seconds``. A message whose key already has a
+    sent marker is refused (``ReplayResult.replayed`` is False and ``marker`` says when it was
+    sent) unless ``force``.
     """
     return queries.replay(
         conn,
@@ -393,6 +428,7 @@ def replay(
         failed_within_seconds=failed_within_seconds,
         queue=queue,
         priority=priority,
+        bot=bot_column(bot),
     )
 
 
@@ -402,6 +438,14 @@ def replay(
 def relays(conn: SyncConn, *, schema: str | None = None) -> list[queries.RelayRecord]:
     """The relays in the fleet's register, alive or gone (until maintenance forgets them)."""
     return queries.list_relays(conn, schema=resolve_schema(schema))
+
+
+def bot_status(
+    conn: SyncConn, *, schema: str | None = None, bot: int | str | None = None
+) -> list[queries.BotFigures]:
+    """Each bot's figures: its rows per live state, lag, pauses, and whether a live relay
+    holds its token (served, rejected by Telegram, missing)."""
+    return queries.bot_status(conn, schema=resolve_schema(schema), bot=bot_column(bot))
 
 
 def unserved_queues(conn: SyncConn, *, schema: str | None = None) -> dict[str, int]:

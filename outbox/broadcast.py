@@ -54,8 +54,9 @@ def _enqueue_many_steps(
     priority: int = 0,
     early: timedelta | None = None,
     expires_at: datetime | None = None,
+    bot: int | None = None,
 ) -> queries.Steps:
-    check_destination(queue, batch)
+    bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
@@ -74,6 +75,7 @@ def _enqueue_many_steps(
         queue=queue,
         batch=batch,
         lane=lane,
+        bot=bot_id,
     )
 
 
@@ -89,14 +91,16 @@ def enqueue_many(
     priority: int = 0,
     early: timedelta | None = None,
     expires_at: datetime | None = None,
+    bot: int | None = None,
 ) -> int:
     """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
     commits); return how many were new (a key already in the outbox is left as it is).
 
     Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
-    ``batch`` names the broadcast (``outbox batch NAME``); ``priority``, ``early`` and
-    ``expires_at`` are ``enqueue``'s, for every message of the list. The list goes to the
-    database as one JSON document: split a list of millions into chunks of some ten thousand.
+    ``batch`` names the broadcast (``outbox batch NAME``); ``bot`` the bot that sends them
+    all, and ``priority``, ``early`` and ``expires_at`` their lanes, as for ``enqueue``. The
+    list goes to the database as one JSON document: split a list of millions into chunks of
+    some ten thousand.
     """
     steps = _enqueue_many_steps(
         messages,
@@ -108,6 +112,7 @@ def enqueue_many(
         priority=priority,
         early=early,
         expires_at=expires_at,
+        bot=bot,
     )
     return int(queries.run_sync(conn, steps))
 
@@ -124,6 +129,7 @@ async def enqueue_many_async(
     priority: int = 0,
     early: timedelta | None = None,
     expires_at: datetime | None = None,
+    bot: int | None = None,
 ) -> int:
     """``enqueue_many`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_many_steps(
@@ -136,6 +142,7 @@ async def enqueue_many_async(
         priority=priority,
         early=early,
         expires_at=expires_at,
+        bot=bot,
     )
     return int(await queries.run_async(conn, steps))
 

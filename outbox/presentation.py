@@ -16,6 +16,7 @@ from outbox.durations import format_duration
 from outbox.payload import UnreadablePayload
 from outbox.queries import (
     EXPIRING_WITHIN,
+    BotFigures,
     LaneFigures,
     Message,
     Pruned,
@@ -25,6 +26,7 @@ from outbox.queries import (
     RelayRecord,
     ReplayResult,
     SentMarker,
+    TokenState,
 )
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import FailureCode, State
@@ -205,6 +207,7 @@ SHOWN_FIELDS = (
     "id",
     "kind",
     "queue",
+    "bot",
     "key",
     "state",
     "attempts",
@@ -520,4 +523,62 @@ def unserved_line(unserved: Mapping[str, int]) -> str:
     return (
         f"due rows wait and no live relay serves their queue: {', '.join(parts)} "
         "(start a relay with --queue for it; `outbox relays` lists the fleet)"
+    )
+
+
+# --- bots (relays with a folder of tokens) ---------------------------------------------------
+
+
+def bot_state(bot: BotFigures) -> str:
+    """One word for where a bot stands: why its rows wait, if they do."""
+    if bot.token is not TokenState.SERVED:
+        return f"token {bot.token}"
+    if bot.operator_paused:
+        return "paused"
+    if bot.flood_paused:
+        return "flood pause"
+    return "serving"
+
+
+def bots_lines(bots: Sequence[BotFigures]) -> list[str]:
+    """Each bot's rows, lag and state (``outbox status``, after the totals)."""
+    rows = [
+        (
+            bot.bot,
+            str(bot.pending),
+            str(bot.in_progress),
+            str(bot.failed),
+            span(bot.lag_seconds),
+            str(bot.relays),
+            bot_state(bot),
+        )
+        for bot in bots
+    ]
+    headers = ("bot", State.PENDING, State.IN_PROGRESS, State.FAILED, "lag", "relays", "state")
+    return ["", *table(headers, rows, numeric={1, 2, 3, 4, 5})]
+
+
+def bot_json(bot: BotFigures) -> dict[str, Any]:
+    return {
+        "bot": bot.bot,
+        "holat": {
+            State.PENDING: bot.pending,
+            State.IN_PROGRESS: bot.in_progress,
+            State.FAILED: bot.failed,
+        },
+        "lag_seconds": bot.lag_seconds,
+        "relays": bot.relays,
+        "token": str(bot.token),
+        "flood_paused": bot.flood_paused,
+        "paused": bot.operator_paused,
+        "state": bot_state(bot),
+    }
+
+
+def unserved_bots_line(bots: Sequence[BotFigures]) -> str:
+    """The warning for bots whose rows wait because no live relay can send for them."""
+    parts = [f"{bot.bot} ({bot.pending} pending, token {bot.token})" for bot in bots]
+    return (
+        f"rows wait for bots no live relay can send for: {', '.join(parts)} "
+        "(put a valid token for each in a relay's --tokens-dir)"
     )

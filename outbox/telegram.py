@@ -29,6 +29,7 @@ __all__ = [
     "NullSender",
     "Sender",
     "SentMessage",
+    "TelegramPool",
     "TelegramSender",
     "send_message_args",
     "sent_of",
@@ -158,8 +159,53 @@ class _SpreadRequest(BaseRequest):
             self._busy[index] -= 1
 
 
+class _Borrowed(BaseRequest):
+    """A relay's shared HTTP pools as one bot's: python-telegram-bot starts and shuts down a
+    bot's requests with the bot, and these belong to the relay (``TelegramPool``)."""
+
+    __slots__ = ("_shared",)
+
+    def __init__(self, shared: _SpreadRequest) -> None:
+        self._shared = shared
+
+    @property
+    def read_timeout(self) -> float | None:
+        return self._shared.read_timeout
+
+    @staticmethod
+    def parse_json_payload(payload: bytes) -> dict[str, Any]:
+        return _SpreadRequest.parse_json_payload(payload)
+
+    async def initialize(self) -> None:
+        return None
+
+    async def shutdown(self) -> None:
+        return None
+
+    async def do_request(  # noqa: PLR0917 - python-telegram-bot's signature
+        self,
+        url: str,
+        method: str,
+        request_data: RequestData | None = None,
+        read_timeout: Any = BaseRequest.DEFAULT_NONE,
+        write_timeout: Any = BaseRequest.DEFAULT_NONE,
+        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
+        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
+    ) -> tuple[int, bytes]:
+        return await self._shared.do_request(
+            url,
+            method,
+            request_data,
+            read_timeout=read_timeout,
+            write_timeout=write_timeout,
+            connect_timeout=connect_timeout,
+            pool_timeout=pool_timeout,
+        )
+
+
 class TelegramSender:
-    """python-telegram-bot's real HTTP stack, with a connection pool sized for the relay."""
+    """python-telegram-bot's real HTTP stack, with a connection pool sized for the relay (or
+    the pools of a ``TelegramPool``, shared by the relay's bots)."""
 
     def __init__(
         self,
@@ -169,16 +215,26 @@ class TelegramSender:
         pool_size: int = 128,  # connections; the relay keeps up to --concurrency sends in flight
         connect_timeout: float = 5.0,
         read_timeout: float = 10.0,
+        request: BaseRequest | None = None,
     ) -> None:
         register_secret(token)
         self.bot_id = bot_id_of(token)
-        request = _SpreadRequest.over(
-            pool_size,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            pool_timeout=connect_timeout,
+        # A relay's shared pools serve getUpdates too (the relay never asks for updates):
+        # no second client per bot. A sender of its own keeps python-telegram-bot's default.
+        updates = request
+        if request is None:
+            request = _SpreadRequest.over(
+                pool_size,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
+                pool_timeout=connect_timeout,
+            )
+        self._bot = Bot(
+            token,
+            base_url=api_url.rstrip("/") + "/bot",
+            request=request,
+            get_updates_request=updates,
         )
-        self._bot = Bot(token, base_url=api_url.rstrip("/") + "/bot", request=request)
 
     def __repr__(self) -> str:  # the Bot's own repr shows the token
         return "TelegramSender()"
@@ -226,6 +282,41 @@ class TelegramSender:
 
     async def close(self) -> None:
         await self._bot.shutdown()
+
+
+class TelegramPool:
+    """One set of HTTP connection pools for every bot of a relay (``--tokens-dir``): the
+    connections stay as many as the relay's sends in flight, however many bots it serves.
+    The token is part of each request's URL, never of the pools."""
+
+    def __init__(
+        self,
+        *,
+        api_url: str = DEFAULT_API_URL,
+        pool_size: int = 128,
+        connect_timeout: float = 5.0,
+        read_timeout: float = 10.0,
+    ) -> None:
+        self._api_url = api_url
+        self._shared = _SpreadRequest.over(
+            pool_size,
+            connect_timeout=connect_timeout,
+            read_timeout=read_timeout,
+            pool_timeout=connect_timeout,
+        )
+
+    def __repr__(self) -> str:
+        return "TelegramPool()"
+
+    def sender(self, token: str) -> TelegramSender:
+        """A sender for ``token`` over the shared pools."""
+        return TelegramSender(token, api_url=self._api_url, request=_Borrowed(self._shared))
+
+    async def start(self) -> None:
+        await self._shared.initialize()
+
+    async def close(self) -> None:
+        await self._shared.shutdown()
 
 
 # RequestData is final for type checkers only; this adds no state it does not know of.

@@ -61,13 +61,14 @@ OUTBOX: tuple[Name, ...] = (
     _name("updated_at", "yangilangan", "when the row last changed"),
     _name("holder", "egasi", "the process that claimed it"),
     _name("alone", "yakka", "a suspect: claimed alone next time"),
-    _name("queue", "navbat", "the queue: the bot that sends it"),
+    _name("queue", "navbat", "the queue: a lane of work that relays are told to serve"),
     _name("error_code", "xato_turi", "why the last attempt failed, as a word (FailureCode)"),
     _name("failed_at", "xato_vaqti", "when the row went to xato"),
     _name("batch", "partiya", "the batch (broadcast) the row belongs to, if any"),
     _name("priority", "ustuvorlik", "higher goes first within the bot's budget (-10..10)"),
     _name("earliest", "eng_erta", "may go from this time on, to keep a peak on time"),
     _name("expires_at", "eskirish", "never sent after this time"),
+    _name("bot", "bot", "the public id of the bot that sends it (NULL: the relay's one token)"),
 )
 
 # The sent marker (table yuborilgan) as a message shows it.
@@ -98,6 +99,7 @@ RELAY: tuple[Name, ...] = tuple(
         ("version", "versiya", "the outbox-telegram version it runs"),
         ("queues", "navbatlar", "the queues it serves"),
         ("bots", "botlar", "the public ids of its bots"),
+        ("rejected_bots", "rad_botlar", "those of its bots whose token Telegram rejected"),
         ("started_at", "boshlangan", "when it started"),
         ("last_seen", "oxirgi_signal", "its last heartbeat"),
         ("interval", "signal_oraligi", "seconds between its heartbeats"),

@@ -355,8 +355,10 @@ def test_replay_all_failed_of_one_queue_says_which(
         (["replay", "1", "--all-failed"], "give message ids or --all-failed, not both"),
         (
             ["replay", "1", "--tur", "eslatma"],
-            "--tur, --queue and --since only filter --all-failed",
+            "--tur, --queue, --bot and --since only filter --all-failed",
         ),
+        (["replay", "1", "--bot", "1001"], "--tur, --queue, --bot and --since only filter"),
+        (["replay", "--all-failed", "--bot", "1:x"], "--bot: give the bot's public id"),
         (["replay", "1", "x2"], "'x2' is not a message id: ids are whole numbers like 42"),
         (["replay", "0"], "'0' is not a message id: ids are whole numbers like 42"),
         (["replay", "--all-failed", "--since", "soon"], "--since: cannot read duration 'soon'"),

@@ -179,7 +179,7 @@ def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
         marker=None,
     )
     assert list(presentation.message_json(message)) == [
-        "id", "tur", "navbat", "kalit", "holat", "urinish", "keyingi_urinish", "ustuvorlik",
+        "id", "tur", "navbat", "bot", "kalit", "holat", "urinish", "keyingi_urinish", "ustuvorlik",
         "eng_erta", "eskirish", "band_vaqti", "oxirgi_xato", "xato_turi", "xato_vaqti", "partiya",
         "yaratilgan", "yangilangan", "method", "message_key", "payload", "tarix", "yuborilgan",
     ]  # fmt: skip

@@ -19,6 +19,7 @@ from outbox.commands.common import complain, open_database, print_json
 from outbox.commands.options import (
     BIGINT_MAX,
     Commands,
+    add_bot_filter,
     add_lease,
     add_queue_filter,
     duration,
@@ -46,6 +47,7 @@ def cmd_list(args: argparse.Namespace) -> int:
             limit=args.limit + 1,
             queue=args.queue,
             priority=args.priority,
+            bot=args.bot,
         )
     messages = found[: args.limit]
     if args.json:
@@ -77,8 +79,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidInput("give message ids or --all-failed, not both")
     if not bulk and not args.ids:
         raise InvalidInput("give one or more message ids, or --all-failed")
-    if not bulk and (args.tur is not None or args.since is not None or args.queue is not None):
-        raise InvalidInput("--tur, --queue and --since only filter --all-failed")
+    filters = (args.tur, args.since, args.queue, args.bot)
+    if not bulk and any(f is not None for f in filters):
+        raise InvalidInput("--tur, --queue, --bot and --since only filter --all-failed")
     with open_database(args) as engine, engine.begin() as conn:
         results = api.replay(
             conn,
@@ -87,6 +90,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             kind=args.tur,
             failed_within_seconds=args.since,
             queue=args.queue,
+            bot=args.bot,
         )
     replayed = [r for r in results if r.replayed]
     unknown = [r for r in results if r.state is None]
@@ -120,6 +124,8 @@ def _bulk_filter(args: argparse.Namespace) -> str:
         filters.append(f"tur {args.tur}")
     if args.queue is not None:
         filters.append(f"navbat {args.queue}")
+    if args.bot is not None:
+        filters.append(f"bot {args.bot}")
     if args.since is not None:
         filters.append(f"failed in the last {out.span(args.since)}")
     return f" ({', '.join(filters)})" if filters else ""
@@ -129,6 +135,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     with open_database(args) as engine, engine.begin() as conn:
         status = api.queue_status(conn, lease_seconds=args.lease, queue=args.queue)
         unserved = api.unserved_queues(conn)
+        bots = api.bot_status(conn, bot=args.bot)
         # A paused row waits on purpose: only the lag of rows no pause holds is a problem.
         paused, lags = pause.lag_outside_pauses(
             conn, status, max_lag=args.max_lag, queue=args.queue
@@ -142,6 +149,10 @@ def cmd_status(args: argparse.Namespace) -> int:
     }
     # A warning, not a problem: the lag says whether the wait has become one (--max-lag).
     warnings = [out.unserved_line(unserved)] if unserved else []
+    # A bot's rows wait on purpose while it is paused; with no usable token they wait for good.
+    stranded = [b for b in bots if b.pending and b.token is not queries.TokenState.SERVED]
+    if stranded:
+        warnings.append(out.unserved_bots_line(stranded))
     for warning in warnings:
         complain(f"warning: {warning}")
     problems = []
@@ -186,11 +197,14 @@ def cmd_status(args: argparse.Namespace) -> int:
                 "unserved_queues": unserved,
                 "queues": out.queues_json(status.queues),
                 "lanes": out.lanes_json(status.lanes),
+                "bots": [out.bot_json(b) for b in bots],
                 "paused": [pause_view.pause_json(p) for p in paused],
             }
         )
     else:
         print("\n".join(out.status_lines(status, lease=args.lease, max_lag=args.max_lag)))
+        if bots:
+            print("\n".join(out.bots_lines(bots)))
         if paused:
             print("\n".join(pause_view.pauses_lines(paused)))
     if problems:
@@ -239,7 +253,8 @@ def register(commands: Commands) -> None:
         help=f"at most this many rows (default {DEFAULT_LIST_LIMIT}, at most {MAX_LIST_LIMIT:,})",
         metavar="N",
     )
-    add_queue_filter(listing, "only this queue (bot)")
+    add_queue_filter(listing, "only this queue")
+    add_bot_filter(listing, "only the rows this bot sends (its public id)")
     listing.add(
         "--priority",
         env=None,  # a filter, like --queue: a variable left set would hide the other rows
@@ -281,13 +296,15 @@ def register(commands: Commands) -> None:
         help="with --all-failed: only rows that failed within this long, e.g. 1h",
         metavar="DURATION",
     )
-    add_queue_filter(replay, "with --all-failed: only this queue (bot)")
+    add_queue_filter(replay, "with --all-failed: only this queue")
+    add_bot_filter(replay, "with --all-failed: only the rows of this bot (its public id)")
 
     status = commands.add(
         "status", cmd_status, "health: rows per state, lag, stuck claims", json=True
     )
     add_lease(status, "a claim older than this is expired")
-    add_queue_filter(status, "only this queue (bot)")
+    add_queue_filter(status, "only this queue")
+    add_bot_filter(status, "only this bot in the table of bots (its public id)")
     status.add(
         "--max-lag",
         env="OUTBOX_MAX_LAG",

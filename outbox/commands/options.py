@@ -14,6 +14,7 @@ import os
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
 from outbox.api import MAX_PRIORITY, MIN_PRIORITY
@@ -29,11 +30,13 @@ __all__ = [
     "Commands",
     "Handler",
     "Parser",
+    "add_bot_filter",
     "add_database",
     "add_lease",
     "add_log_format",
     "add_log_level",
     "add_queue_filter",
+    "bot_id",
     "duration",
     "flag_bool",
     "log_format",
@@ -45,6 +48,7 @@ __all__ = [
     "queue_names",
     "resolve_env_defaults",
     "state_name",
+    "tokens_dir",
     "whole_number",
 ]
 
@@ -178,6 +182,26 @@ def direct_url(raw: str) -> str:
     if not url.startswith(("postgresql://", "postgres://", "postgresql+")):
         raise InvalidInput("give a postgresql:// URL of the server the main URL's pooler uses")
     return normalize_url(url)
+
+
+def tokens_dir(raw: str) -> Path:
+    """A folder of bot token files that this process can list and read."""
+    folder = Path(raw.strip()).expanduser()
+    if not folder.is_dir():
+        raise InvalidInput(f"{_shown(raw)} is not a folder")
+    if not os.access(folder, os.R_OK | os.X_OK):
+        raise InvalidInput(f"the folder {_shown(raw)} cannot be read by this user")
+    return folder
+
+
+def bot_id(raw: str) -> str:
+    """A bot's public id (the digits before its token's colon), never the token."""
+    value = raw.strip()
+    if ":" in value:
+        raise InvalidInput("give the bot's public id (the digits before the colon), not a token")
+    if not (value.isascii() and value.isdigit() and 0 < len(value) <= 20) or int(value) == 0:
+        raise InvalidInput(f"{_shown(raw)} is not a bot id (its digits, as 123456789)")
+    return str(int(value))
 
 
 def queue_names(raw: str) -> tuple[str, ...]:
@@ -383,6 +407,11 @@ def add_lease(parser: Parser, help: str) -> None:
         help=f"{help} (default {format_duration(DEFAULT_LEASE)})",
         metavar="DURATION",
     )
+
+
+def add_bot_filter(parser: Parser, help: str) -> None:
+    # No environment twin, as --queue: a filter left set in the environment hides the rest.
+    parser.add("--bot", env=None, default=None, convert=bot_id, help=help, metavar="BOT_ID")
 
 
 def add_queue_filter(parser: Parser, help: str) -> None:

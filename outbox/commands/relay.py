@@ -29,6 +29,7 @@ from outbox.commands.options import (
     number,
     port,
     queue_names,
+    tokens_dir,
     whole_number,
 )
 from outbox.config import (
@@ -154,6 +155,17 @@ def _relay_flags(parser: Parser) -> None:
         dest="queues",
         help="the queues this relay serves, all of its bot (the token): they share the bot's "
         "limits and flood pause; repeat or separate with commas (default: default)",
+    )
+    parser.add(
+        "--tokens-dir",
+        env="OUTBOX_TOKENS_DIR",
+        default=None,
+        convert=tokens_dir,
+        metavar="DIR",
+        help="serve every bot whose token is in a file of DIR (one token per file; files added, "
+        "replaced or removed are picked up while the relay runs): the rows that name the bot "
+        "(enqueue(bot=ID)); without it, the one bot of TELEGRAM_BOT_TOKEN sends the rows that "
+        "name no bot",
     )
     parser.add(
         "--slot-horizon",
@@ -285,9 +297,11 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
 def _cmd_relay(args: argparse.Namespace) -> int:
     from outbox.progress import drain_progress, on_terminal  # noqa: PLC0415
     from outbox.relay import Relay  # noqa: PLC0415 - heavy imports only for the relay
-    from outbox.telegram import TelegramSender  # noqa: PLC0415
+    from outbox.relay.tokens import TokenFolder  # noqa: PLC0415
+    from outbox.telegram import TelegramPool, TelegramSender  # noqa: PLC0415
 
-    token = read_token()
+    # A folder of tokens or one token: with the folder, TELEGRAM_BOT_TOKEN is not read.
+    token = None if args.tokens_dir is not None else read_token()
     api_url = telegram_api_url()
     # The settings are checked before the database is named (or an embedded one started): a
     # refused setting is the only line.
@@ -295,17 +309,31 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     config = dataclasses.replace(settings, database_url=database_url(args))
     if config.listen_database_url is not None:
         logging.getLogger("outbox").info("LISTEN on %s", redact_url(config.listen_database_url))
-    sender = TelegramSender(
-        token, api_url=api_url, pool_size=config.concurrency, read_timeout=config.telegram_timeout
-    )
+    pool_size, read_timeout = config.concurrency, config.telegram_timeout
     # Which Bot API, said once: a relay pointed at the fake (or a local Bot API server) by a
     # leftover variable is seen at once. The token is part of every request URL, never of this.
-    logging.getLogger("outbox.relay").info(
-        "Bot API %s, bot %s", redact(api_url.rstrip("/")), sender.bot_id
-    )
+    shown_api = redact(api_url.rstrip("/"))
+    if token is None:
+        logging.getLogger("outbox.relay").info(
+            "Bot API %s, the bots of the tokens in %s", shown_api, args.tokens_dir
+        )
+    else:
+        sender = TelegramSender(
+            token, api_url=api_url, pool_size=pool_size, read_timeout=read_timeout
+        )
+        logging.getLogger("outbox.relay").info("Bot API %s, bot %s", shown_api, sender.bot_id)
 
     async def run() -> int:
-        relay = Relay(config, sender)
+        if token is None:
+            relay = Relay(
+                config,
+                tokens=TokenFolder(args.tokens_dir),
+                telegram=TelegramPool(
+                    api_url=api_url, pool_size=pool_size, read_timeout=read_timeout
+                ),
+            )
+        else:
+            relay = Relay(config, sender)
         _stop_on_signals(relay, grace=config.grace_seconds)
         try:
             with _metrics(relay, args):

@@ -34,6 +34,7 @@ from outbox.queries._common import (
 )
 from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
+from outbox.queries.bots import BotFigures, TokenState, bot_status
 from outbox.queries.maintenance import (
     Pruned,
     Reaped,
@@ -74,6 +75,7 @@ from outbox.queries.relay import (
     QueueTiming,
     announce_pause,
     backlog,
+    bots_timing,
     claim_due,
     claim_holder,
     ensure_bot,
@@ -99,6 +101,7 @@ __all__ = [
     "EXPIRING_WITHIN",
     "Activity",
     "BatchProgress",
+    "BotFigures",
     "ClaimLimits",
     "ClaimedRow",
     "Lane",
@@ -116,9 +119,12 @@ __all__ = [
     "Scope",
     "SentMarker",
     "SyncConn",
+    "TokenState",
     "announce_pause",
     "backlog",
     "batch_progress",
+    "bot_status",
+    "bots_timing",
     "cancel",
     "cancel_batch",
     "cancel_by_operator",

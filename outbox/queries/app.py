@@ -29,7 +29,7 @@ class Lane(NamedTuple):
 _ENQUEUE = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                          eng_erta, eskirish)
+                          eng_erta, eskirish, bot)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb),
             -- A follow-up is due no sooner than its original, if that still waits (nor
             -- later than its own expiry: the claim then fails it as expired).
@@ -40,7 +40,7 @@ WITH inserted AS (
                                   AND w.holat = {pending}) END),
                   CAST(:eskirish AS timestamptz)),
             :navbat, CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
-            CAST(:eskirish AS timestamptz))
+            CAST(:eskirish AS timestamptz), CAST(:bot AS text))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -64,6 +64,7 @@ def enqueue(
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
     lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
+    bot: str | None = None,
 ) -> Steps:
     """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
     params = {
@@ -76,6 +77,7 @@ def enqueue(
         "run_at": run_at,
         "navbat": queue,
         "partiya": batch,
+        "bot": bot,
     }
     row = (yield _text(_ENQUEUE, schema), params).first()
     if row is None:

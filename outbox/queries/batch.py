@@ -30,10 +30,10 @@ __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 _ENQUEUE_MANY = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                          eng_erta, eskirish)
+                          eng_erta, eskirish, bot)
     SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
            CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
-           CAST(:eskirish AS timestamptz)
+           CAST(:eskirish AS timestamptz), CAST(:bot AS text)
     FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING 1
@@ -51,6 +51,7 @@ def enqueue_many(
     queue: str = DEFAULT_QUEUE,
     batch: str | None = None,
     lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
+    bot: str | None = None,
 ) -> Steps:
     """Insert ``(key, payload)`` pairs in one statement; the result is how many were new."""
     if not messages:
@@ -69,6 +70,7 @@ def enqueue_many(
         "ustuvorlik": lane.priority,
         "eng_erta": lane.earliest,
         "eskirish": lane.expires_at,
+        "bot": bot,
     }
     result = yield _text(_ENQUEUE_MANY, schema), params
     return int(result.scalar_one())

@@ -55,6 +55,7 @@ class Message:
     priority: int = 0  # ustuvorlik: higher goes first within the bot's budget
     earliest: datetime | None = None  # eng_erta: may go from then (its window opens)
     expires_at: datetime | None = None  # eskirish: never sent after then
+    bot: str | None = None  # the public id of the bot that sends it (outbox_0011)
 
     @property
     def method(self) -> str:
@@ -112,6 +113,7 @@ def _message(row: Row[Any]) -> Message:
         priority=fields["priority"],
         earliest=fields["earliest"],
         expires_at=fields["expires_at"],
+        bot=fields["bot"],
     )
 
 
@@ -128,7 +130,7 @@ _FAILED_AT = "CASE WHEN o.holat = {failed} THEN coalesce(o.xato_vaqti, o.yangila
 # Payload and tarix come as text, decoded with a fallback (read_json): any row can be shown.
 _MESSAGE_COLUMNS = f"""
     {select("o", "id", "kind", "queue", "key", "state", "attempts", "last_error", "error_code",
-            "batch", "priority",
+            "batch", "priority", "bot",
             payload="{}::text", history="{}::text", next_attempt_at=_FINITE,
             claimed_at=_FINITE, created_at=_FINITE, updated_at=_FINITE, failed_at=_FINITE,
             earliest=_FINITE, expires_at=_FINITE)},
@@ -142,6 +144,7 @@ WHERE (CAST(:holat AS text) IS NULL OR o.holat = CAST(:holat AS text))
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
   AND (CAST(:ustuvorlik AS smallint) IS NULL OR o.ustuvorlik = CAST(:ustuvorlik AS smallint))
+  AND (CAST(:bot AS text) IS NULL OR o.bot = CAST(:bot AS text))
   AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id DESC
 LIMIT :limit
@@ -158,10 +161,11 @@ def list_messages(
     failed_within_seconds: float | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    bot: str | None = None,
 ) -> list[Message]:
-    """Newest first, optionally only one state and/or kind and/or queue and/or priority,
-    and/or failed (gone to xato, ``xato_vaqti``) within the last ``failed_within_seconds``:
-    only failed rows then.
+    """Newest first, optionally only one state, kind, queue, priority and/or bot, and/or failed
+    (gone to xato, ``xato_vaqti``) within the last ``failed_within_seconds``: only failed rows
+    then.
     """
     params = {
         "holat": state,
@@ -170,6 +174,7 @@ def list_messages(
         "since": failed_within_seconds,
         "navbat": queue,
         "ustuvorlik": priority,
+        "bot": bot,
     }
     return [_message(row) for row in _execute(conn, schema, _LIST_MESSAGES, params).fetchall()]
 
@@ -227,6 +232,7 @@ WHERE o.holat = {{failed}}
   AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
   AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
   AND (CAST(:ustuvorlik AS smallint) IS NULL OR o.ustuvorlik = CAST(:ustuvorlik AS smallint))
+  AND (CAST(:bot AS text) IS NULL OR o.bot = CAST(:bot AS text))
   AND (CAST(:since AS float8) IS NULL OR ({_FAILED_AT}) >= now() - make_interval(secs => :since))
 ORDER BY o.id
 FOR UPDATE OF o
@@ -281,6 +287,7 @@ def replay(
     failed_within_seconds: float | None = None,
     queue: str | None = None,
     priority: int | None = None,
+    bot: str | None = None,
 ) -> list[ReplayResult]:
     """Move failed rows back to the queue: the given ids, or (``ids=None``) every xato row
     matching ``kind``, ``queue``, ``priority`` and ``failed_within_seconds``. A row whose key
@@ -293,6 +300,7 @@ def replay(
             "since": failed_within_seconds,
             "navbat": queue,
             "ustuvorlik": priority,
+            "bot": bot,
         }
         found = _execute(conn, schema, _LOCK_FAILED_FOR_REPLAY, params).fetchall()
         wanted = [int(row.id) for row in found]

@@ -69,7 +69,7 @@ class Pause:
 _NOT_PAUSED = """
       AND NOT EXISTS (SELECT 1 FROM {pauza}
                       WHERE (doira = 'navbat' AND qiymat = {queue})
-                         OR (doira = 'bot' AND qiymat = %(bot)s))
+                         OR (doira = 'bot' AND qiymat = {bot}))
       AND (NOT EXISTS (SELECT 1 FROM {pauza} WHERE doira IN ('tur', 'partiya'))
            OR NOT EXISTS (SELECT 1 FROM {pauza} p
                           WHERE (p.doira = 'tur' AND p.qiymat = {row}.tur)
@@ -77,11 +77,11 @@ _NOT_PAUSED = """
 """
 
 
-def not_paused(row: str, *, queue: str = "%(navbat)s") -> str:
+def not_paused(row: str, *, queue: str = "%(navbat)s", bot: str = "%(bot)s") -> str:
     """The condition that the row ``row`` (an alias of the outbox table) is not paused, for a
-    relay statement with the ``%(bot)s`` parameter; ``queue`` is the row's queue as the
-    statement knows it. Tables are left as ``{pauza}`` for ``_sql`` to name."""
-    return _NOT_PAUSED.replace("{row}", row).replace("{queue}", queue)
+    relay statement; ``queue`` and ``bot`` are the row's queue and bot as the statement knows
+    them. Tables are left as ``{pauza}`` for ``_sql`` to name."""
+    return _NOT_PAUSED.replace("{row}", row).replace("{queue}", queue).replace("{bot}", bot)
 
 
 # --- the operator's side ---------------------------------------------------------------------

@@ -37,11 +37,13 @@ MISSED_BEATS = 4
 # reach the database for a long time; update on every other beat.
 _HEARTBEAT = """
 INSERT INTO {relaylar}
-    (id, host, pid, versiya, navbatlar, botlar, signal_oraligi, jarayonda, jami)
-VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(bots)s, %(interval)s,
-        %(in_flight)s, %(totals)s::jsonb)
+    (id, host, pid, versiya, navbatlar, botlar, rad_botlar, signal_oraligi, jarayonda, jami)
+VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(bots)s, %(rejected)s,
+        %(interval)s, %(in_flight)s, %(totals)s::jsonb)
 ON CONFLICT (id) DO UPDATE
-SET oxirgi_signal = now(), jarayonda = EXCLUDED.jarayonda, jami = EXCLUDED.jami
+SET oxirgi_signal = now(), jarayonda = EXCLUDED.jarayonda, jami = EXCLUDED.jami,
+    -- A relay with a folder of tokens gains and loses bots while it runs.
+    botlar = EXCLUDED.botlar, rad_botlar = EXCLUDED.rad_botlar
 """
 
 
@@ -58,6 +60,7 @@ async def relay_heartbeat(
     interval: float,
     in_flight: int,
     totals: Mapping[str, int],
+    rejected_bots: Sequence[str] = (),
 ) -> None:
     """Register the relay, or say that it is still alive and what it has done."""
     await conn.execute(
@@ -69,6 +72,7 @@ async def relay_heartbeat(
             "version": version,
             "queues": list(queues),
             "bots": list(bots),
+            "rejected": list(rejected_bots),
             "interval": interval,
             "in_flight": in_flight,
             "totals": json.dumps(dict(totals)),
@@ -110,6 +114,7 @@ class RelayRecord:
     version: str
     queues: tuple[str, ...]
     bots: tuple[str, ...]
+    rejected_bots: tuple[str, ...]
     started_at: datetime
     last_seen: datetime
     interval: float
@@ -132,6 +137,7 @@ def _record(found: Any) -> RelayRecord:
     values = dict(found._mapping)
     values["queues"] = tuple(values["queues"])
     values["bots"] = tuple(values["bots"])
+    values["rejected_bots"] = tuple(values["rejected_bots"])
     values["totals"] = {str(k): int(v) for k, v in dict(values["totals"]).items()}
     values["interval"] = float(values["interval"])
     values["silent_seconds"] = float(values["silent_seconds"])

@@ -99,7 +99,7 @@ plan AS (
                WHERE d - make_interval(secs => k / %(rate)s) <= now())) AS until
     FROM (SELECT keyingi_urinish AS d, row_number() OVER (ORDER BY keyingi_urinish, id) AS k
           FROM {outbox} o
-          WHERE holat = {pending} AND navbat = %(navbat)s AND eng_erta IS NOT NULL
+          WHERE holat = {pending} AND navbat = %(navbat)s {bot_rows} AND eng_erta IS NOT NULL
             AND keyingi_urinish > now()
             AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
             {not_paused_o}
@@ -112,7 +112,7 @@ clear AS (
     -- a paused suspect does not hold back the queue.
     SELECT NOT EXISTS (SELECT 1 FROM {outbox} s
                        WHERE yakka AND ((holat = {pending} AND keyingi_urinish <= now()
-                                         AND navbat = %(navbat)s {not_paused_s})
+                                         AND navbat = %(navbat)s {bot_rows} {not_paused_s})
                                         OR (holat = {in_progress} AND egasi = %(holder)s)))
            AS ok
 ),
@@ -120,6 +120,7 @@ alone AS (
     SELECT id, keyingi_urinish, eskirish, {chat} AS chat, {weight} AS w, -1::float8 AS place
     FROM {outbox} o
     WHERE yakka AND holat = {pending} AND keyingi_urinish <= now() AND navbat = %(navbat)s
+      {bot_rows}
       {not_paused_o}
       -- Asked first, so that the common case (no suspect due) skips the second question.
       AND NOT (SELECT ok FROM clear)
@@ -150,7 +151,7 @@ oldest AS (
     -- would find is in the claim already, or comes in the claim's own order).
     SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish, {chat} AS chat, {weight} AS w
     FROM {outbox} o
-    WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND {claimable}
+    WHERE o.holat = {pending} AND o.navbat = %(navbat)s {bot_rows} AND {claimable}
       AND (SELECT count(*) FROM by_priority) >= %(limit)s AND (SELECT waiting FROM lower)
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1 + %(limit)s / {share}
@@ -255,7 +256,7 @@ _WEIGHT = """CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
 _BAND = """{name} AS (
     SELECT o.id, o.keyingi_urinish, o.ustuvorlik, o.eskirish, {chat} AS chat, {weight} AS w
     FROM {outbox} o
-    WHERE o.holat = {pending} AND o.navbat = %(navbat)s AND o.ustuvorlik = {band}
+    WHERE o.holat = {pending} AND o.navbat = %(navbat)s {bot_rows} AND o.ustuvorlik = {band}
       AND {claimable}
     ORDER BY o.keyingi_urinish, o.id
     -- A plain limit, so that the planner walks the index of pending rows; the room is kept
@@ -313,8 +314,14 @@ def claim_holder() -> str:
     return _holder_of(os.getpid())
 
 
+# The rows of the claim's bot (``bot`` unqualified: each scope's own outbox row). A relay with a
+# folder of tokens claims, for each of its bots, the rows that name it (outbox_bot_ustuvorlik_idx);
+# a relay with one token, the rows that name no bot, as before, and those that name its own.
+_BOT_ROWS = {True: "AND bot = %(bot)s", False: "AND (bot IS NULL OR bot = %(bot)s)"}
+
+
 @functools.cache
-def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
+def _claim_sql(schema: str, *, locked: bool, busy_chats: bool, bot_rows: bool = False) -> str:
     claimable = _CLAIMABLE + (_BUSY_CHATS if busy_chats else "")
     priorities = range(MAX_PRIORITY, MIN_PRIORITY - 1, -1)
     names = [f"band{p}" if p >= 0 else f"band_minus{-p}" for p in priorities]
@@ -336,6 +343,7 @@ def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
         .replace("{share}", str(RESERVED_SHARE))
         .replace("{plan_rows}", str(PLAN_ROWS))
         .replace("{expired_code}", FailureCode.EXPIRED)
+        .replace("{bot_rows}", _BOT_ROWS[bot_rows])
     )
     for alias in ("o", "s"):
         template = template.replace(f"{{not_paused_{alias}}}", not_paused(alias).strip())
@@ -351,11 +359,13 @@ async def claim_due(
     queue: str = DEFAULT_QUEUE,
     bot: str = DEFAULT_BOT,
     limits: ClaimLimits = ClaimLimits(),  # noqa: B008 - an immutable tuple
+    bot_rows: bool = False,
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows of ``queue`` in one statement; other relays skip them.
 
     With ``limits``, each row comes with its send slot (``wait``), reserved in the budget of
-    ``bot`` (shared by every queue and relay of that bot).
+    ``bot`` (shared by every queue and relay of that bot). With ``bot_rows``, only the rows
+    whose ``bot`` column names ``bot``; else also the rows that name no bot.
     """
     params = {
         "limit": limit,
@@ -369,7 +379,9 @@ async def claim_due(
         "horizon": float(limits.horizon),
         "lookahead": PLAN_ROWS / limits.per_bot if limits.per_bot > 0 else 0.0,
     }
-    statement = _claim_sql(schema, locked=limits.per_bot > 0, busy_chats=bool(params["chat_on"]))
+    statement = _claim_sql(
+        schema, locked=limits.per_bot > 0, busy_chats=bool(params["chat_on"]), bot_rows=bot_rows
+    )
     async with conn.cursor(row_factory=_claimed_rows) as cursor:
         await cursor.execute(statement, params)
         return await cursor.fetchall()
@@ -575,7 +587,7 @@ CROSS JOIN LATERAL (
            AS due,
            min(extract(epoch FROM p.keyingi_urinish)) AS first_due
     FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} r
-          WHERE holat = {pending} AND navbat = q.navbat {not_paused}
+          WHERE holat = {pending} AND navbat = q.navbat {bot_rows} {not_paused}
           ORDER BY keyingi_urinish, id LIMIT 64) p
     LEFT JOIN {chat_navbati} c ON c.bot = %(bot)s AND c.chat = p.chat
 ) d0
@@ -588,7 +600,8 @@ CROSS JOIN LATERAL (
     FROM (SELECT keyingi_urinish, eng_erta,
                  row_number() OVER (ORDER BY keyingi_urinish, id) AS k
           FROM {outbox} r
-          WHERE holat = {pending} AND navbat = q.navbat AND eng_erta IS NOT NULL {not_paused}
+          WHERE holat = {pending} AND navbat = q.navbat {bot_rows} AND eng_erta IS NOT NULL
+            {not_paused}
             AND keyingi_urinish > now()
             AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
           ORDER BY keyingi_urinish, id
@@ -618,7 +631,8 @@ async def queue_timing(
         "rate": float(rate),
         "lookahead": PLAN_ROWS / rate if rate > 0 else 0.0,
     }
-    statement = _sql(_QUEUE_TIMING.replace("{plan_rows}", str(PLAN_ROWS)), schema)
+    statement = _QUEUE_TIMING.replace("{plan_rows}", str(PLAN_ROWS))
+    statement = _sql(statement.replace("{bot_rows}", _BOT_ROWS[False]), schema)
     cursor = await conn.execute(statement, params)
     row = await cursor.fetchone()
     if row is None:
@@ -627,6 +641,84 @@ async def queue_timing(
     # A pause written by the outbox's own code is believed up to the cap.
     paused = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
     return QueueTiming(None if due is None else float(due), paused, bool(due_now))
+
+
+# The same for many bots at once (a relay with a folder of tokens), one row per bot that has
+# pending rows in ``queues``. For each bot and queue, one probe of outbox_bot_kutmoqda_idx finds
+# its first pending row; only when that one is due are its first rows matched against their
+# chats (a one-time filter on the inner scan). So a bot with nothing pending costs a round one
+# index probe per queue, and one whose rows are all for later, two.
+_BOTS_TIMING = """
+SELECT b.bot,
+       min(greatest(CASE WHEN f.at > now() THEN least(extract(epoch FROM f.at), e.due)
+                         ELSE d.due END,
+                    extract(epoch FROM h.pauza_tugashi),
+                    extract(epoch FROM h.keyingi_slot) - %(horizon)s))
+           - extract(epoch FROM now()),
+       coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM now())), 0)::float8,
+       bool_or(f.at <= now())
+FROM unnest(%(bots)s::text[]) AS b(bot)
+CROSS JOIN unnest(%(queues)s::text[]) AS q(navbat)
+CROSS JOIN LATERAL (
+    SELECT keyingi_urinish AS at FROM {outbox} r
+    WHERE holat = {pending} AND r.bot = b.bot AND navbat = q.navbat {not_paused}
+    ORDER BY keyingi_urinish, id LIMIT 1
+) f
+LEFT JOIN LATERAL (
+    -- A row whose chat may not receive yet is due when its chat may (the first rows only).
+    SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
+           AS due
+    FROM (SELECT keyingi_urinish, payload ->> 'chat_id' AS chat FROM {outbox} r
+          WHERE f.at <= now()
+            AND holat = {pending} AND r.bot = b.bot AND navbat = q.navbat {not_paused}
+          ORDER BY keyingi_urinish, id LIMIT 64) p
+    LEFT JOIN {chat_navbati} c ON c.bot = b.bot AND c.chat = p.chat
+) d ON true
+LEFT JOIN LATERAL (
+    -- While its first row is ahead, a bot's windowed rows may be due before their time, when
+    -- the claim's plan says so (see _QUEUE_TIMING).
+    SELECT min(greatest(extract(epoch FROM w.eng_erta),
+                        extract(epoch FROM w.keyingi_urinish) - w.k / %(rate)s)) AS due
+    FROM (SELECT keyingi_urinish, eng_erta,
+                 row_number() OVER (ORDER BY keyingi_urinish, id) AS k
+          FROM {outbox} r
+          WHERE %(rate)s > 0 AND f.at > now()
+            AND holat = {pending} AND r.bot = b.bot AND navbat = q.navbat AND eng_erta IS NOT NULL
+            {not_paused}
+            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
+          ORDER BY keyingi_urinish, id
+          LIMIT {plan_rows}) w
+) e ON true
+LEFT JOIN {bot_holati} h ON h.bot = b.bot
+GROUP BY b.bot
+""".replace("{not_paused}", not_paused("r", queue="q.navbat", bot="b.bot").strip())
+
+
+async def bots_timing(
+    conn: AsyncConn,
+    bots: Sequence[str],
+    queues: Sequence[str],
+    *,
+    schema: str,
+    horizon: float,
+    rate: float = 0.0,
+) -> dict[str, QueueTiming]:
+    """``queue_timing`` of each of ``bots`` (their own rows only) in one statement; a bot
+    with nothing pending is left out (no work)."""
+    params = {
+        "bots": list(bots),
+        "queues": list(queues),
+        "horizon": float(horizon),
+        "rate": float(rate),
+        "lookahead": PLAN_ROWS / rate if rate > 0 else 0.0,
+    }
+    statement = _BOTS_TIMING.replace("{plan_rows}", str(PLAN_ROWS))
+    cursor = await conn.execute(_sql(statement, schema), params)
+    found: dict[str, QueueTiming] = {}
+    for bot, due, paused, due_now in await cursor.fetchall():
+        pause = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
+        found[str(bot)] = QueueTiming(None if due is None else float(due), pause, bool(due_now))
+    return found
 
 
 # --- the progress line of a drain ------------------------------------------------------------

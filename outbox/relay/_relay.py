@@ -21,6 +21,7 @@ import time
 from outbox.config import RelayConfig
 from outbox.db import check_schema
 from outbox.errors import DatabaseUnavailable, OutboxError, TelegramUnavailable
+from outbox.relay.bots import BotLanes, BotsClaimer
 from outbox.relay.claimer import Claimer, fleet_limits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
@@ -33,7 +34,8 @@ from outbox.relay.service import Service
 from outbox.relay.startup import wait_until_reachable
 from outbox.relay.store import OutageLog, Store
 from outbox.relay.summary import RelaySnapshot, RunSummary
-from outbox.telegram import Sender
+from outbox.relay.tokens import TokenFolder
+from outbox.telegram import Sender, TelegramPool
 
 __all__ = ["Relay"]
 
@@ -41,11 +43,23 @@ log = logging.getLogger("outbox.relay")
 
 
 class Relay:
-    """Use as ``async with Relay(config, sender) as relay: await relay.run()``."""
+    """Use as ``async with Relay(config, sender) as relay: await relay.run()``; with a folder of
+    tokens, ``Relay(config, tokens=TokenFolder(path), telegram=TelegramPool(...))`` serves every
+    bot in it (``outbox.relay.bots``)."""
 
-    def __init__(self, config: RelayConfig, sender: Sender) -> None:
+    def __init__(
+        self,
+        config: RelayConfig,
+        sender: Sender | None = None,
+        *,
+        tokens: TokenFolder | None = None,
+        telegram: TelegramPool | None = None,
+    ) -> None:
+        if (sender is None) == (tokens is None) or (tokens is not None and telegram is None):
+            raise ValueError("a relay has a sender, or a tokens folder and a TelegramPool")
         self.config = config
         self._sender = sender
+        self._telegram = telegram
         # No new claims and no new sends once set (the claimer's stop, the first of every stop).
         self._stopping = asyncio.Event()
         # The claimer sleeps on this between claims; whoever makes work for it sets it.
@@ -66,12 +80,12 @@ class Relay:
         )
         # /healthz and /readyz (outbox.metrics); the heartbeat is its probe of the database.
         self.health = Health(stale_after=2 * config.heartbeat_interval)
-        self.identity = RelayIdentity.of_this_process(config.queues, (sender.bot_id,))
+        self.identity = RelayIdentity.of_this_process(
+            config.queues, () if sender is None else (sender.bot_id,)
+        )
         self._heartbeat_store = Store(
             url, "heartbeat", self._stopping, prepare=prepare, outage=self._outage
         )
-        # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
-        self.flood = FloodControl(schema=config.schema, bot=sender.bot_id, store=self._record_store)
         self.completer = Completer(
             self._record_store,
             schema=config.schema,
@@ -81,15 +95,43 @@ class Relay:
             total=self._total,
             wakeup=self._wakeup,
         )
+        self.lanes: BotLanes | None = None
+        self.flood: FloodControl | _LaneFloods
+        self.send_pool: SendPool | _LanePools
+        self.claimer: Claimer | BotsClaimer
+        if sender is None:
+            assert tokens is not None and telegram is not None
+            self._wire_lanes(tokens, telegram)
+        else:
+            self._wire_one_bot(sender)
+        self.listener = None if config.poll_only else self._listener()
+        self.maintenance = self._maintenance()
+        lanes = self.lanes
+        self.heartbeat = Heartbeat(
+            self._heartbeat_store,
+            schema=config.schema,
+            identity=self.identity,
+            interval=config.heartbeat_interval,
+            snapshot=self.snapshot,
+            health=self.health,
+            bots=None if lanes is None else lanes.bots,
+        )
+
+    def _wire_one_bot(self, sender: Sender) -> None:
+        config = self.config
+        # Every relay of the bot, whichever of its queues it serves, shares its limits and pause.
+        self.flood = flood = FloodControl(
+            schema=config.schema, bot=sender.bot_id, store=self._record_store
+        )
         # The bot's budget and each chat's spacing are the claim's, in the database, for the
         # whole fleet; the pool sends each row at the moment its claim reserved, or not at all.
-        self.send_pool = SendPool(
+        self.send_pool = pool = SendPool(
             sender,
             concurrency=config.concurrency,
             limits=fleet_limits(config.rate_limits, config.slot_horizon),
             grace_seconds=config.grace_seconds,
             retry=config.retry,
-            flood=self.flood,
+            flood=flood,
             completer=self.completer,
             still_claimed=claim_check(self._claim_store, schema=config.schema),
             stopping=self._stopping,
@@ -100,23 +142,30 @@ class Relay:
         self.claimer = Claimer(
             self._claim_store,
             config,
-            pool=self.send_pool,
+            pool=pool,
             completer=self.completer,
-            flood=self.flood,
+            flood=flood,
             total=self._total,
             stopping=self._stopping,
             wakeup=self._wakeup,
         )
-        self.listener = None if config.poll_only else self._listener()
-        self.maintenance = self._maintenance()
-        self.heartbeat = Heartbeat(
-            self._heartbeat_store,
-            schema=config.schema,
-            identity=self.identity,
-            interval=config.heartbeat_interval,
-            snapshot=self.snapshot,
-            health=self.health,
+
+    def _wire_lanes(self, tokens: TokenFolder, telegram: TelegramPool) -> None:
+        """A lane per bot of the folder; the relay's connections and completer are theirs."""
+        self.lanes = lanes = BotLanes(
+            tokens,
+            telegram,
+            config=self.config,
+            claim_store=self._claim_store,
+            record_store=self._record_store,
+            completer=self.completer,
+            total=self._total,
+            stopping=self._stopping,
+            wakeup=self._wakeup,
         )
+        self.flood = _LaneFloods(lanes)
+        self.send_pool = _LanePools(lanes)
+        self.claimer = BotsClaimer(lanes, self._claim_store, self.config, stopping=self._stopping)
 
     # --- lifecycle ---------------------------------------------------------------------------
 
@@ -144,6 +193,9 @@ class Relay:
             health.database_ok()
 
         async def token() -> None:
+            if self._sender is None:
+                health.token_ok()  # each bot of the folder checks its own as its lane starts
+                return
             try:
                 await self._sender.start()
             except TelegramUnavailable as err:
@@ -151,6 +203,8 @@ class Relay:
                 raise
             health.token_ok()
 
+        if self._telegram is not None:
+            await self._telegram.start()
         if await wait_until_reachable(
             "the database", database, unreachable=DatabaseUnavailable, stopping=self._stopping
         ):
@@ -165,7 +219,12 @@ class Relay:
         self._stopping.set()  # a final write that cannot reach the database gives up at once
         await self._write_the_rest()
         await self.flood.announce()
-        await self._sender.close()
+        if self._sender is not None:
+            await self._sender.close()
+        if self.lanes is not None:
+            await self.lanes.finish()
+        if self._telegram is not None:
+            await self._telegram.close()
         await self._claim_store.close()
         await self._record_store.close()
         await self._heartbeat_store.close()
@@ -195,7 +254,11 @@ class Relay:
     async def run_once(self) -> RunSummary:
         """Claim one batch, send it, record the outcomes, and say what happened."""
         before = self._total.copy()
-        if not self._stopping.is_set():
+        if isinstance(self.claimer, BotsClaimer):
+            await self.claimer.run_once()
+            await self.completer.write_pending()
+            await self.flood.announce()
+        elif not self._stopping.is_set() and isinstance(self.send_pool, SendPool):
             rows = await self.claimer.claim(self.config.batch_size)
             checked_at = asyncio.get_running_loop().time()
             await asyncio.gather(*(self.send_pool.process(row, checked_at) for row in rows))
@@ -248,11 +311,13 @@ class Relay:
         return task
 
     def _listener(self) -> Listener:
+        lanes = self.lanes
         return Listener(
             # LISTEN needs a session of its own: a direct URL beside PgBouncer's, if given.
             self.config.listen_database_url or self.config.database_url,
             schema=self.config.schema,
-            bot=self.flood.bot,
+            bot=self.flood.bot if isinstance(self.flood, FloodControl) else "",
+            bots=None if lanes is None else lanes.lanes.keys,
             announcer=self._record_store,
             stopping=self._stopping,
             wakeup=self._wakeup,
@@ -323,6 +388,53 @@ async def _stopped(running: dict[str, asyncio.Task[None]], *services: Service) -
     for service in services:
         service.stop()
     await asyncio.gather(*(running[s.name] for s in services), return_exceptions=True)
+
+
+class _LanePools:
+    """The send pools of a relay's bots as the one service the relay stops: the sends in
+    flight of every bot end within the grace, then every lane winds down."""
+
+    def __init__(self, lanes: BotLanes) -> None:
+        self.name = "send pool"
+        self._lanes = lanes
+        self._stop = asyncio.Event()
+
+    @property
+    def in_flight(self) -> int:
+        return self._lanes.in_flight
+
+    async def run(self) -> None:
+        await self._stop.wait()
+        await self._lanes.finish()
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def hurry(self) -> None:
+        self._lanes.hurry()
+
+
+class _LaneFloods:
+    """The flood controls of a relay's bots: each bot pauses alone (each lane announces its
+    own pauses as they come); the relay's figures show the longest pause."""
+
+    def __init__(self, lanes: BotLanes) -> None:
+        self.name = "flood control"
+        self._lanes = lanes
+        self._stop = asyncio.Event()
+
+    def paused_for(self, now: float) -> float:
+        return self._lanes.paused_for(now)
+
+    async def announce(self) -> None:
+        await self._lanes.announce()
+
+    async def run(self) -> None:
+        await self._stop.wait()
+        await self.announce()
+
+    def stop(self) -> None:
+        self._stop.set()
 
 
 def _log_if_died(task: asyncio.Task[None]) -> None:

@@ -57,8 +57,12 @@ class Claimer:
         stopping: asyncio.Event,
         flood: FloodControl | None = None,
         wakeup: asyncio.Event | None = None,
+        bot_rows: bool = False,
     ) -> None:
         self.name = "claimer"
+        # True: the rows that name the flood control's bot only (a lane of a relay with a
+        # folder of tokens); False: also the rows that name no bot (a relay with one token).
+        self._bot_rows = bot_rows
         self._store = store
         self._config = config
         self._pool = pool
@@ -177,7 +181,13 @@ class Claimer:
                 await queries.ensure_bot(conn, bot, schema=schema)
                 self._bot_known = True
             return await queries.claim_due(
-                conn, limit, schema=schema, queue=queue, bot=bot, limits=self._claim_limits
+                conn,
+                limit,
+                schema=schema,
+                queue=queue,
+                bot=bot,
+                limits=self._claim_limits,
+                bot_rows=self._bot_rows,
             )
 
         try:
@@ -187,13 +197,29 @@ class Claimer:
         self._total.claimed += len(rows)
         return rows
 
-    async def next_due(self, *, claimed: bool, deferred_until: float) -> float | None:
-        """Seconds until there may be work again; None: nothing is pending for this relay."""
-        next_due = await self._seconds_until_next_due()
+    @property
+    def held(self) -> bool:
+        """Due rows wait for their chat, the bot's budget or a pause (as last looked)."""
+        return self._held
+
+    def settle(self, timing: queries.QueueTiming, *, deferred_until: float) -> float | None:
+        """Take in the timing of this claimer's rows: seconds until there may be work (None:
+        none), counting the rows its pool handed back; a pause it reports pauses the bot."""
         now = asyncio.get_running_loop().time()
+        self._held = timing.due_now
+        if timing.paused:
+            # Another relay of the bot (or this one) was told to wait: so is this one.
+            self._flood.read(timing.paused, now)
+        next_due = timing.next_due
         own_deferred = deferred_until + _DEFER_SLACK - now
         if own_deferred > 0 and (next_due is None or next_due > own_deferred):
             next_due = own_deferred  # rows this relay handed back are its own work
+        return next_due
+
+    async def next_due(self, *, claimed: bool, deferred_until: float) -> float | None:
+        """Seconds until there may be work again; None: nothing is pending for this relay."""
+        timing = await self._timing()
+        next_due = 0.0 if timing is None else self.settle(timing, deferred_until=deferred_until)
         if next_due is not None and next_due <= 0 and not claimed:
             # Due rows exist but the claim skipped them: another transaction holds them locked
             # (an app changing its task, say). Look again later instead of spinning on them.
@@ -204,7 +230,8 @@ class Claimer:
             self._busy_backoff = _BUSY_BACKOFF_START
         return next_due
 
-    async def _seconds_until_next_due(self) -> float | None:
+    async def _timing(self) -> queries.QueueTiming | None:
+        """The timing of this claimer's queues; None when the database cannot tell."""
         config = self._config
         try:
             timing = await self._store.run(
@@ -218,12 +245,8 @@ class Claimer:
                 )
             )
         except DatabaseLost:
-            return 0.0  # the claim finds out, and waits for the database
-        self._held = timing.due_now
-        if timing.paused:
-            # Another relay of the bot (or this one) was told to wait: so is this one.
-            self._flood.read(timing.paused, asyncio.get_running_loop().time())
-        return timing.next_due
+            return None  # the claim finds out, and waits for the database
+        return timing
 
 
 def fleet_limits(limits: RateLimits, horizon: float) -> queries.ClaimLimits:

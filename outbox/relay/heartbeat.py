@@ -68,6 +68,7 @@ class Heartbeat:
         interval: float,
         snapshot: Callable[[], RelaySnapshot],
         health: Health,
+        bots: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
     ) -> None:
         self._store = store
         self._schema = schema
@@ -75,6 +76,9 @@ class Heartbeat:
         self._interval = interval
         self._snapshot = snapshot
         self._health = health
+        # The bots served now, and those of them whose token Telegram rejected: a relay with a
+        # folder of tokens gains and loses bots; one with a token has its identity's.
+        self._bots = bots or (lambda: (identity.bots, ()))
         self._systemd = SystemdNotifier()
         self.beats = 0  # heartbeats written, for tests
         self.name = "heartbeat"
@@ -87,6 +91,7 @@ class Heartbeat:
         """Write the heartbeat; False (and the health says why) if the database cannot be used."""
         figures = self._snapshot()
         me = self.identity
+        bots, rejected = self._bots()
 
         async def beat(conn: queries.AsyncConn) -> None:
             await queries.relay_heartbeat(
@@ -97,7 +102,8 @@ class Heartbeat:
                 pid=me.pid,
                 version=me.version,
                 queues=me.queues,
-                bots=me.bots,
+                bots=bots,
+                rejected_bots=rejected,
                 interval=self._interval,
                 in_flight=figures.in_flight,
                 totals=asdict(figures.summary),

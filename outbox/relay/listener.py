@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import Callable, Collection
 from typing import Any
 
 import psycopg
@@ -29,6 +30,7 @@ class Listener:
         schema: str,
         bot: str,
         announcer: Store,
+        bots: Callable[[], Collection[str]] | None = None,
         stopping: asyncio.Event,
         wakeup: asyncio.Event,
         outage: OutageLog | None = None,
@@ -36,7 +38,8 @@ class Listener:
         self.name = "listener"
         self._store = Store(url, "listen", stopping, outage=outage)
         self._schema = schema
-        self._bot = bot
+        # The bots whose pauses are news here: the relay's one bot, or its lanes' (which change).
+        self._bots = bots or (lambda: (bot,))
         self._announcer = announcer
         self._wakeup = wakeup
         self._stop = asyncio.Event()
@@ -84,4 +87,4 @@ class Listener:
                 self._wakeup.set()
 
     def _is_news(self, pause: psycopg.Notify) -> bool:
-        return pause.payload == self._bot and pause.pid != self._announcer.backend_pid
+        return pause.payload in self._bots() and pause.pid != self._announcer.backend_pid

@@ -116,6 +116,7 @@ class SendPool:
         self._delivered: dict[int, SentMessage] = {}
         self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
         self._deferred_until = 0.0  # loop time when the last row handed back is due
+        self.finished = 0  # rows taken on and done with (the pace its slots free up)
 
     @property
     def in_flight(self) -> int:
@@ -141,6 +142,7 @@ class SendPool:
 
     def _finished(self, task: asyncio.Task[None]) -> None:
         self._tasks.discard(task)
+        self.finished += 1
         self._wakeup.set()
         if not task.cancelled() and task.exception() is not None:
             log.error("send task failed", exc_info=task.exception())

@@ -98,6 +98,7 @@ def _overview(conn: Connection, config: WebConfig) -> dict[str, Any]:
         "lease": config.lease_seconds,
         "relays": api.relays(conn, schema=config.schema),
         "unserved": api.unserved_queues(conn, schema=config.schema),
+        "bots": api.bot_status(conn, schema=config.schema),
     }
 
 

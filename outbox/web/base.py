@@ -84,6 +84,7 @@ def templates() -> jinja2.Environment:
         label=vocabulary.label,
         when=views.when,
         span=views.span,
+        bot_state=views.bot_state,
         chat_of=views.chat_of,
         text_of=views.text_of,
         extra_payload=views.extra_payload,

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 
 from outbox.presentation import (
     HEADLINE,
+    bot_state,
     lanes_lines,
     queue_worth_showing,
     replay_refusal,
@@ -24,6 +25,7 @@ __all__ = [
     "STATE_NAMES",
     "Bar",
     "HistoryEntry",
+    "bot_state",
     "chart_bars",
     "chat_of",
     "extra_payload",

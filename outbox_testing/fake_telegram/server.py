@@ -64,6 +64,7 @@ class FakeTelegram(_KindsSide, _PeopleSide):
     ) -> None:
         # Only a digest of the expected token is kept, so it cannot leak from this object.
         self._token_digest = None if token is None else hashlib.sha256(token.encode()).digest()
+        self._revoked: set[bytes] = set()  # digests of tokens answered 401 (revoke_token)
         self.latency = latency
         self.enforce_limits = enforce_limits
         self._lock = threading.Condition()
@@ -188,6 +189,12 @@ class FakeTelegram(_KindsSide, _PeopleSide):
         user = {"id": _bot_id(token), **_BOT_USER}
         return {**user, **_BOT_ME} if full else user
 
+    def revoke_token(self, token: str) -> None:
+        """Answer 401 to ``token`` from now on, as Telegram does to a revoked token (the fake
+        otherwise takes any token when started without one)."""
+        with self._lock:
+            self._revoked.add(hashlib.sha256(token.encode()).digest())
+
     async def _bot_api(self, request: web.Request) -> web.StreamResponse:  # noqa: PLR0911
         at = time.monotonic()
         token = request.match_info["token"]
@@ -196,8 +203,9 @@ class FakeTelegram(_KindsSide, _PeopleSide):
         if not TOKEN_RE.fullmatch(token):
             return await self._answer(0, None, method, at, _error(404, "Not Found"))
         bot_id = _bot_id(token)
-        if self._token_digest is not None and not hmac.compare_digest(
-            hashlib.sha256(token.encode()).digest(), self._token_digest
+        digest = hashlib.sha256(token.encode()).digest()
+        if digest in self._revoked or (
+            self._token_digest is not None and not hmac.compare_digest(digest, self._token_digest)
         ):
             return await self._answer(bot_id, None, method, at, _error(401, "Unauthorized"))
         if method == "getMe":
