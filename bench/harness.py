@@ -57,6 +57,7 @@ class Options:
     quick: bool = False
     peers: bool = False
     log: list[str] = field(default_factory=list)
+    db_path_rates: list[float] = field(default_factory=list)  # every drain of parts 3 and 7
 
     def scale(self, full: int, quick: int) -> int:
         return quick if self.quick else full
