@@ -36,7 +36,7 @@ import psycopg
 from outbox.embedded import postgres_bin_dir
 
 _TICK = os.sysconf("SC_CLK_TCK")
-_TABLES = ("outbox", "yuborilgan", "chat_navbati", "bot_holati")
+OUTBOX_TABLES = ("outbox", "yuborilgan", "chat_navbati", "bot_holati")
 
 
 def _proc_cpu(pid: int, *, children: bool = False) -> float:
@@ -117,7 +117,7 @@ class DrainCost:
     wal_syncs: float
     commits: float
     rows: float  # heap rows inserted, updated or deleted
-    hot_share: float  # of the updates of outbox, the share that was HOT
+    hot_share: float  # of the updates of the first table (outbox), the share that was HOT
     checkpoints: int  # started during the drain
     autovacuums: int  # autovacuum and autoanalyze runs on the drain's tables
     index_entries: float | None = None
@@ -138,7 +138,7 @@ class DrainCost:
         by_index = ", ".join(f"{name} {n:.2f}" for name, n in self.entries_by_index.items())
         return (
             f"WAL syncs {self.wal_syncs:.3f}/msg, HOT updates {100 * self.hot_share:.0f} % of "
-            f"outbox's; index entries per message: {by_index or 'n/a'}"
+            f"the queue table's; index entries per message: {by_index or 'n/a'}"
         )
 
 
@@ -150,8 +150,11 @@ class CostProbe:
     the relay's connections are open; ``probe.result(messages)`` once they have closed.
     """
 
-    def __init__(self, admin_url: str, db_url: str, db: str) -> None:
+    def __init__(
+        self, admin_url: str, db_url: str, db: str, tables: tuple[str, ...] = OUTBOX_TABLES
+    ) -> None:
         self._admin_url, self._db_url, self._db = admin_url, db_url, db
+        self._tables = tables
         self._admin: psycopg.Connection[Any] | None = None
         self._postmaster: int | None = None
         self._data_dir: Path | None = None
@@ -202,7 +205,7 @@ class CostProbe:
 
     def _table_stats(self) -> dict[str, tuple[int, ...]]:
         with psycopg.connect(self._db_url, autocommit=True) as conn:
-            rows = conn.execute(_TABLE_STATS, {"tables": list(_TABLES)}).fetchall()
+            rows = conn.execute(_TABLE_STATS, {"tables": list(self._tables)}).fetchall()
         return {str(r[0]): tuple(int(v) for v in r[1:]) for r in rows}
 
     def start(self) -> None:
@@ -240,7 +243,7 @@ class CostProbe:
             was: tuple[int, ...] = before["tables"].get(table, (0,) * 4)
             return tables.get(table, (0,) * 4)[k] - was[k]
 
-        updates = delta("outbox", 2)
+        updates = delta(self._tables[0], 2)
         cost = DrainCost(
             messages=messages,
             seconds=seconds,
@@ -252,10 +255,10 @@ class CostProbe:
             fpi=fpi / messages,
             wal_syncs=syncs / messages,
             commits=commits / messages,
-            rows=sum(delta(t, 0) for t in _TABLES) / messages,
-            hot_share=delta("outbox", 1) / updates if updates else 0.0,
+            rows=sum(delta(t, 0) for t in self._tables) / messages,
+            hot_share=delta(self._tables[0], 1) / updates if updates else 0.0,
             checkpoints=int(checkpoints),
-            autovacuums=sum(delta(t, 3) for t in _TABLES),
+            autovacuums=sum(delta(t, 3) for t in self._tables),
         )
         entries = self._index_entries(int(before["server"][1]), int(after["lsn"]))
         if entries is not None:

@@ -15,14 +15,17 @@ import logging
 import time
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
 from bench import db_path
+from bench.cost import CostProbe
 from bench.harness import Figure, Options, Server
 
 PROCRASTINATE_CONCURRENCY = 8
 PGQUEUER_BATCH = 100
+PGQUEUER_TABLES = ("pgqueuer", "pgqueuer_log", "pgqueuer_statistics")
 
 
 def _payload(n: int) -> dict[str, Any]:
@@ -55,7 +58,7 @@ async def _procrastinate(url: str, jobs: int) -> float:
     return jobs / elapsed
 
 
-async def _pgqueuer(url: str, jobs: int) -> float:
+async def _pgqueuer(url: str, jobs: int, probe: CostProbe) -> float:
     import json
 
     from pgqueuer import PsycopgDriver, QueueManager
@@ -82,6 +85,7 @@ async def _pgqueuer(url: str, jobs: int) -> float:
             [json.dumps(_payload(first + k)).encode() for k in range(count)],
             [0] * count,
         )
+    probe.start()
     began = time.perf_counter()
     await manager.run(
         batch_size=PGQUEUER_BATCH,
@@ -89,6 +93,7 @@ async def _pgqueuer(url: str, jobs: int) -> float:
         dequeue_timeout=timedelta(seconds=0.1),
     )
     elapsed = time.perf_counter() - began
+    probe.stop()
     await conn.close()
     if done != jobs:
         raise RuntimeError(f"PgQueuer ran {done} of {jobs} jobs")
@@ -109,8 +114,13 @@ def run(server: Server, options: Options) -> list[Figure]:
     relay_rates: list[float] = []
     for _ in range(2):
         with server.database("peer_pgqueuer", migrated=False) as url:
-            pgqueuer_rates.append(asyncio.run(_pgqueuer(url, jobs)))
+            db = urlsplit(url).path.lstrip("/")
+            with CostProbe(server.url, url, db, PGQUEUER_TABLES).watching() as probe:
+                pgqueuer_rates.append(asyncio.run(_pgqueuer(url, jobs, probe)))
+                cost = probe.result(jobs)
         options.say(f"PgQueuer: {pgqueuer_rates[-1]:,.0f} jobs/s")
+        options.say(f"  {cost.line()}")
+        options.say(f"  {cost.details()}")
         relay_rates.append(db_path.measure(server, options, jobs).rate)
     pgqueuer_rate, relay_rate = max(pgqueuer_rates), max(relay_rates)
     slowest = min(options.db_path_rates)

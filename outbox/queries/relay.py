@@ -11,6 +11,7 @@ import functools
 import json
 import operator
 import os
+import re
 import secrets
 import socket
 from collections.abc import Sequence
@@ -227,6 +228,27 @@ def _claim_sql(schema: str, *, locked: bool, busy_chats: bool) -> str:
     return _sql(template, schema)
 
 
+_NAMED_PARAMETER = re.compile(r"%\((\w+)\)s")
+
+
+@functools.cache
+def _positional(statement: str) -> tuple[str, tuple[str, ...]]:
+    """``statement`` with ``$n`` placeholders, and the parameter names in their order.
+
+    psycopg parses a statement's ``%(name)s`` placeholders on every execution once it is
+    longer than 4 KiB (it caches only shorter ones): 0.4 ms for the claim, a sixth of the
+    relay's CPU per claimed row. A raw cursor sends the statement as it is.
+    """
+    names: list[str] = []
+
+    def number(match: re.Match[str]) -> str:
+        if match.group(1) not in names:
+            names.append(match.group(1))
+        return f"${names.index(match.group(1)) + 1}"
+
+    return _NAMED_PARAMETER.sub(number, statement).replace("%%", "%"), tuple(names)
+
+
 async def claim_due(
     conn: AsyncConn,
     limit: int,
@@ -252,11 +274,13 @@ async def claim_due(
         "group_gap": float(limits.group_gap),
         "horizon": float(limits.horizon),
     }
-    statement = _claim_sql(
-        schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
+    statement, names = _positional(
+        _claim_sql(
+            schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
+        )
     )
-    async with conn.cursor(row_factory=_claimed_rows) as cursor:
-        await cursor.execute(statement, params)
+    async with psycopg.AsyncRawCursor(conn, row_factory=_claimed_rows) as cursor:
+        await cursor.execute(statement, [params[name] for name in names])
         return await cursor.fetchall()
 
 
@@ -350,7 +374,11 @@ SET holat = r.holat,
                    ELSE jsonb_set(o.payload, ARRAY['chat_id'], to_jsonb(r.new_chat_id)) END,
     yangilangan = now()
 FROM r
-WHERE o.id = r.id AND o.holat = {in_progress} AND o.urinish = r.urinish
+-- The state is compared with a subquery's value, not a literal: a literal lets the planner
+-- answer the join from the index of claimed rows, which holds a dead entry for every message
+-- completed since the last vacuum (it cannot see them: 19,000 read for 64 rows, measured);
+-- this way each outcome is one primary-key probe.
+WHERE o.id = r.id AND o.holat = (SELECT {in_progress}) AND o.urinish = r.urinish
   AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
 """
 
