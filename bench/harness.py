@@ -114,12 +114,13 @@ class Server:
 # --- filling the outbox --------------------------------------------------------------------
 
 _FILL = """
-INSERT INTO outbox (kalit, payload, holat, keyingi_urinish)
+INSERT INTO outbox (kalit, payload, holat, keyingi_urinish, navbat)
 SELECT %(prefix)s || g,
        jsonb_build_object('chat_id', %(chat_base)s::bigint + g %% %(chats)s::bigint,
                           'text', %(text)s || g),
        %(holat)s,
-       now()
+       now(),
+       %(navbat)s
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
 """
 
@@ -134,6 +135,7 @@ def fill(
     holat: str = "kutmoqda",
     text: str = "Eslatma: vazifa #",
     prefix: str = "bench-",
+    navbat: str = "default",
 ) -> None:
     """Insert ``count`` due rows in one statement; chat ids cycle over ``chats`` chats."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -145,6 +147,7 @@ def fill(
                 "chats": chats or count + first,
                 "text": text,
                 "holat": holat,
+                "navbat": navbat,
                 "first": first,
                 "last": first + count - 1,
             },
