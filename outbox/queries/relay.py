@@ -263,25 +263,32 @@ async def claim_due(
     With ``limits``, each row comes with its send slot (``wait``), reserved in the budget of
     ``bot`` (shared by every queue and relay of that bot).
     """
-    params = {
+    statement, params = claim_statement(limit, schema=schema, queue=queue, bot=bot, limits=limits)
+    async with psycopg.AsyncRawCursor(conn, row_factory=_claimed_rows) as cursor:
+        await cursor.execute(statement, params)
+        return await cursor.fetchall()
+
+
+def claim_statement(
+    limit: int, *, schema: str, queue: str, bot: str, limits: ClaimLimits
+) -> tuple[str, list[Any]]:
+    """The claim as ``claim_due`` sends it: ``$n`` placeholders and their values (tests read
+    its plan)."""
+    chat_on = bool(limits.chat_gap or limits.group_gap)
+    values = {
         "limit": limit,
         "holder": claim_holder(),
         "navbat": queue,
         "bot": bot,
         "rate": float(limits.per_bot),
-        "chat_on": bool(limits.chat_gap or limits.group_gap),
+        "chat_on": chat_on,
         "chat_gap": float(limits.chat_gap),
         "group_gap": float(limits.group_gap),
         "horizon": float(limits.horizon),
     }
-    statement, names = _positional(
-        _claim_sql(
-            schema, locked=limits.per_bot > 0, busy_chats=limits.per_bot > 0 and params["chat_on"]
-        )
-    )
-    async with psycopg.AsyncRawCursor(conn, row_factory=_claimed_rows) as cursor:
-        await cursor.execute(statement, [params[name] for name in names])
-        return await cursor.fetchall()
+    locked = limits.per_bot > 0
+    statement, names = _positional(_claim_sql(schema, locked=locked, busy_chats=locked and chat_on))
+    return statement, [values[name] for name in names]
 
 
 def _claimed_rows(cursor: psycopg.AsyncCursor[Any]) -> RowMaker[ClaimedRow]:
@@ -348,6 +355,9 @@ WITH r AS (
         AS r(id bigint, urinish int, holat text, delay float8, xato text, xato_turi text,
              refund bool, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
              band_vaqti timestamptz, message_ids bigint[])
+    -- The batch's own length: it cuts nothing, and tells the planner how few rows come (it
+    -- assumes 100 of a function, and beside a table of some 10,000 rows would scan it all).
+    LIMIT %(count)s
 ),
 markers AS (
     INSERT INTO {yuborilgan} (kalit, chat_id, message_id, message_ids)
@@ -389,9 +399,14 @@ async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome], *, schem
         return 0
     # One JSON document for the batch: json.dumps builds it in C, where eleven typed arrays
     # cost psycopg a Python call per element (half the relay's CPU per write, measured).
-    batch = json.dumps([_outcome_fields(o) for o in outcomes], separators=(",", ":"))
-    cursor = await conn.execute(_sql(_RECORD_OUTCOMES, schema), {"batch": batch})
+    cursor = await conn.execute(*record_statement(outcomes, schema=schema))
     return cursor.rowcount
+
+
+def record_statement(outcomes: Sequence[Outcome], *, schema: str) -> tuple[str, dict[str, Any]]:
+    """The write of ``record_outcomes`` and its parameters (tests read its plan)."""
+    batch = json.dumps([_outcome_fields(o) for o in outcomes], separators=(",", ":"))
+    return _sql(_RECORD_OUTCOMES, schema), {"batch": batch, "count": len(outcomes)}
 
 
 def _outcome_fields(o: Outcome) -> dict[str, Any]:
