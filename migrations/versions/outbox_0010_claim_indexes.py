@@ -5,7 +5,8 @@ Revision ID: outbox_0010
 Revises: outbox_0008
 Create Date: 2026-12-01
 
-Before, ``outbox`` had nine indexes. Dropped:
+Before, ``outbox`` had ten indexes (eight besides its primary key and ``kalit``'s unique
+key); it has eight now. Dropped:
 
 - ``outbox_kutmoqda_idx`` (keyingi_urinish, id) of pending rows. Every claim names its queue,
   and ``outbox_navbat_kutmoqda_idx`` (navbat, keyingi_urinish, id) serves it. With both, a
@@ -24,12 +25,14 @@ Before, ``outbox`` had nine indexes. Dropped:
   every claim: 20 ms a claim beside 50,000 pending rows instead of under 2.
 
 Locks: the revision holds the outbox table's ACCESS EXCLUSIVE lock (drop index) until it
-commits; each ``CREATE INDEX`` reads the whole table once (the new indexes hold only claimed
-rows and pending suspects: few). Measured on an outbox of 1,000,000 rows, 10,000 of them
-pending: see docs/performance.md. To keep writers going on a large table, build the two new
-indexes beforehand with ``CREATE INDEX CONCURRENTLY`` under the same names and definitions
-(outside a transaction): this revision then finds them (IF NOT EXISTS) and only drops the old
-ones, which takes milliseconds.
+commits; each ``CREATE INDEX`` reads the whole table once while writers wait (the new indexes
+hold only claimed rows and pending suspects: few). Measured on an outbox of 1,000,000 rows
+(990,000 done, 10,000 pending; 272 MB; embedded PostgreSQL 16, a busy 2-core machine, two
+runs): the two builds 95-118 ms each, the four drops under 1 ms each; the revision through
+Alembic 0.24-0.29 s in all. Building the two indexes beforehand with ``CREATE INDEX
+CONCURRENTLY`` under the same names and definitions (outside a transaction, 190-270 ms each,
+writers not blocked) leaves the revision only the drops: 33-56 ms. It finds them (IF NOT
+EXISTS) and builds nothing. No row is read into Python or rewritten.
 """
 
 from __future__ import annotations
