@@ -57,6 +57,7 @@ class Options:
     quick: bool = False
     peers: bool = False
     log: list[str] = field(default_factory=list)
+    db_path_rates: list[float] = field(default_factory=list)  # every drain of parts 3 and 7
 
     def scale(self, full: int, quick: int) -> int:
         return quick if self.quick else full
@@ -113,12 +114,13 @@ class Server:
 # --- filling the outbox --------------------------------------------------------------------
 
 _FILL = """
-INSERT INTO outbox (kalit, payload, holat, keyingi_urinish)
+INSERT INTO outbox (kalit, payload, holat, keyingi_urinish, navbat)
 SELECT %(prefix)s || g,
        jsonb_build_object('chat_id', %(chat_base)s::bigint + g %% %(chats)s::bigint,
                           'text', %(text)s || g),
        %(holat)s,
-       now()
+       now(),
+       %(navbat)s
 FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS g
 """
 
@@ -133,6 +135,7 @@ def fill(
     holat: str = "kutmoqda",
     text: str = "Eslatma: vazifa #",
     prefix: str = "bench-",
+    navbat: str = "default",
 ) -> None:
     """Insert ``count`` due rows in one statement; chat ids cycle over ``chats`` chats."""
     with psycopg.connect(url, autocommit=True) as conn:
@@ -144,6 +147,7 @@ def fill(
                 "chats": chats or count + first,
                 "text": text,
                 "holat": holat,
+                "navbat": navbat,
                 "first": first,
                 "last": first + count - 1,
             },

@@ -15,14 +15,17 @@ import logging
 import time
 from datetime import timedelta
 from typing import Any
+from urllib.parse import urlsplit
 
 import psycopg
 
 from bench import db_path
+from bench.cost import CostProbe
 from bench.harness import Figure, Options, Server
 
 PROCRASTINATE_CONCURRENCY = 8
 PGQUEUER_BATCH = 100
+PGQUEUER_TABLES = ("pgqueuer", "pgqueuer_log", "pgqueuer_statistics")
 
 
 def _payload(n: int) -> dict[str, Any]:
@@ -55,7 +58,7 @@ async def _procrastinate(url: str, jobs: int) -> float:
     return jobs / elapsed
 
 
-async def _pgqueuer(url: str, jobs: int) -> float:
+async def _pgqueuer(url: str, jobs: int, probe: CostProbe) -> float:
     import json
 
     from pgqueuer import PsycopgDriver, QueueManager
@@ -82,6 +85,7 @@ async def _pgqueuer(url: str, jobs: int) -> float:
             [json.dumps(_payload(first + k)).encode() for k in range(count)],
             [0] * count,
         )
+    probe.start()
     began = time.perf_counter()
     await manager.run(
         batch_size=PGQUEUER_BATCH,
@@ -89,6 +93,7 @@ async def _pgqueuer(url: str, jobs: int) -> float:
         dequeue_timeout=timedelta(seconds=0.1),
     )
     elapsed = time.perf_counter() - began
+    probe.stop()
     await conn.close()
     if done != jobs:
         raise RuntimeError(f"PgQueuer ran {done} of {jobs} jobs")
@@ -103,10 +108,26 @@ def run(server: Server, options: Options) -> list[Figure]:
     with server.database("peer_procrastinate", migrated=False) as url:
         procrastinate_rate = asyncio.run(_procrastinate(url, jobs))
     options.say(f"procrastinate: {procrastinate_rate:,.0f} jobs/s")
-    with server.database("peer_pgqueuer", migrated=False) as url:
-        pgqueuer_rate = asyncio.run(_pgqueuer(url, jobs))
-    options.say(f"PgQueuer: {pgqueuer_rate:,.0f} jobs/s")
-    relay_rate = db_path.measure(server, options, jobs)
+    # PgQueuer and the relay alternate, twice each: the best of each is the ratio, and the
+    # relay's slowest drain of the whole run (part 3's included) must keep its lead too.
+    pgqueuer_rates: list[float] = []
+    relay_rates: list[float] = []
+    for _ in range(2):
+        with server.database("peer_pgqueuer", migrated=False) as url:
+            db = urlsplit(url).path.lstrip("/")
+            with CostProbe(server.url, url, db, PGQUEUER_TABLES).watching() as probe:
+                pgqueuer_rates.append(asyncio.run(_pgqueuer(url, jobs, probe)))
+                cost = probe.result(jobs)
+        options.say(f"PgQueuer: {pgqueuer_rates[-1]:,.0f} jobs/s")
+        options.say(f"  {cost.line()}")
+        options.say(f"  {cost.details()}")
+        relay_rates.append(db_path.measure(server, options, jobs).rate)
+    pgqueuer_rate, relay_rate = max(pgqueuer_rates), max(relay_rates)
+    slowest = min(options.db_path_rates)
+    spread = (
+        f"PgQueuer {' · '.join(f'{r:,.0f}' for r in pgqueuer_rates)}, relay "
+        f"{' · '.join(f'{r:,.0f}' for r in relay_rates)} (alternating)"
+    )
     return [
         Figure(
             "7",
@@ -124,7 +145,7 @@ def run(server: Server, options: Options) -> list[Figure]:
             "jobs/s",
             baseline="relay",
             ratio=pgqueuer_rate / relay_rate,
-            note=f"{jobs:,} no-op jobs",
+            note=f"{jobs:,} no-op jobs, best of two",
         ),
         Figure(
             "7",
@@ -135,6 +156,17 @@ def run(server: Server, options: Options) -> list[Figure]:
             ratio=relay_rate / pgqueuer_rate,
             target=">= 3x PgQueuer",
             met=relay_rate / pgqueuer_rate >= 3,
-            note=f"{jobs:,} messages",
+            note=f"{jobs:,} messages, best of two; {spread}",
+        ),
+        Figure(
+            "7",
+            "relay, slowest drain of the run",
+            slowest,
+            "msg/s",
+            baseline="PgQueuer",
+            ratio=slowest / pgqueuer_rate,
+            target=">= 2x PgQueuer",
+            met=slowest / pgqueuer_rate >= 2,
+            note=f"of {len(options.db_path_rates)} drains, part 3's included, the first too",
         ),
     ]

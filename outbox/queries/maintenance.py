@@ -72,7 +72,10 @@ WITH expired AS (
 ),
 held AS (
     SELECT egasi, count(*) AS rows FROM {outbox}
-    WHERE egasi IN (SELECT egasi FROM expired) AND holat IN ({in_progress}, {pending})
+    -- A pending row keeps its holder only as a reaped suspect (yakka), which is what lets
+    -- the indexes of claimed rows and of pending suspects answer this.
+    WHERE egasi IN (SELECT egasi FROM expired)
+      AND (holat = {in_progress} OR (holat = {pending} AND yakka))
     GROUP BY egasi
 ),
 r AS (
