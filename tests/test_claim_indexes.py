@@ -146,7 +146,7 @@ def test_revision_0012_swaps_the_indexes_and_keeps_every_row(db_url: str) -> Non
     config = migrate._config(db_url, migrate.SCRIPT_PACKAGE, current_schema())
     with psycopg.connect(db_url, autocommit=True) as conn:
         new_indexes = [r for (r,) in conn.execute(_INDEXES)]
-    command.downgrade(config, "outbox_0008")
+    command.downgrade(config, "outbox_0011")  # the revision before it
     with psycopg.connect(db_url, autocommit=True) as conn:
         old_indexes = [r for (r,) in conn.execute(_INDEXES)]
         _fill(conn, 1_000)
