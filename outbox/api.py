@@ -43,7 +43,7 @@ __all__ = [
 ]
 
 REMINDER = "eslatma"
-MIN_PRIORITY, MAX_PRIORITY = queries.relay.MIN_PRIORITY, queries.relay.MAX_PRIORITY
+MIN_PRIORITY, MAX_PRIORITY = queries.claim.MIN_PRIORITY, queries.claim.MAX_PRIORITY
 DEFAULT_LEASE_SECONDS = 300.0
 
 

@@ -16,7 +16,8 @@ import psycopg
 from alembic import command
 
 from outbox import migrate, queries
-from outbox.queries.relay import _positional, claim_statement, record_statement
+from outbox.queries.claim import _positional, claim_statement
+from outbox.queries.relay import record_statement
 from outbox.schema import current_schema
 from outbox.states import State
 

@@ -21,7 +21,7 @@ from outbox.queries import (
     queue_timing,
     record_outcomes,
 )
-from outbox.queries.relay import RESERVED_SHARE
+from outbox.queries.claim import RESERVED_SHARE
 from outbox.states import State
 from tests.support import text
 

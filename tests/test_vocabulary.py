@@ -71,7 +71,7 @@ def test_the_claim_returns_its_rows_by_name(db_url: str, engine: sa.Engine) -> N
     with engine.begin() as conn:
         api.enqueue(conn, key="k1", payload={"chat_id": 7, "text": "hi"}, kind="t")
     # The claim's RETURNING list names every field of ClaimedRow.
-    returning = queries.relay._CLAIM_DUE.rsplit("RETURNING", 1)[1]
+    returning = queries.claim._CLAIM_DUE.rsplit("RETURNING", 1)[1]
     assert set(re.findall(r"AS (\w+)", returning)) == set(queries.ClaimedRow._fields)
 
     async def claim() -> list[queries.ClaimedRow]:
@@ -97,7 +97,15 @@ def test_state_literals_in_sql_come_from_the_states() -> None:
     statement = _sql("SELECT 1 WHERE holat IN ({pending}, {in_progress}, {done}, {failed})", "s")
     assert statement == "SELECT 1 WHERE holat IN ('kutmoqda', 'bajarilmoqda', 'bajarildi', 'xato')"
     # No statement spells a state by hand.
-    sources = [queries.app, queries.maintenance, queries.operator, queries.relay, queries.status]
+    sources = [
+        queries.app,
+        queries.claim,
+        queries.maintenance,
+        queries.operator,
+        queries.relay,
+        queries.status,
+        queries.timing,
+    ]
     for module in sources:
         for name, value in vars(module).items():
             if name.isupper() and isinstance(value, str):
@@ -108,7 +116,7 @@ def test_state_literals_in_sql_come_from_the_states() -> None:
 def test_the_statements_write_tarix_entries_with_the_tables_keys() -> None:
     keys = {n.column for n in vocabulary.HISTORY}
     written: set[str] = set()
-    for module in (queries.maintenance, queries.operator, queries.relay):
+    for module in (queries.claim, queries.maintenance, queries.operator, queries.relay):
         for name, value in vars(module).items():
             if name.isupper() and isinstance(value, str) and "tarix ||" in value:
                 entries = value[value.index("tarix ||") :]
@@ -158,7 +166,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         expires_in=3.5,
     )
     for names in (list(values), list(reversed(values))):
-        make = queries.relay._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
+        make = queries.claim._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
         assert make([values[name] for name in names]) == expected
 
 

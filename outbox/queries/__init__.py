@@ -3,7 +3,10 @@
 Nothing else in the package writes SQL. The statements live here in modules by caller:
 
 * ``app``: what the host app runs inside its own transaction (enqueue, cancel, update_pending);
-* ``relay``: the relay's hot path (claims, outcomes, the bot's pause, queue timing);
+* ``claim``: the relay's claim (priorities, windows, expiry, send slots, chats' spacing);
+* ``relay``: the rest of the relay's hot path (outcomes, the claim check, the bot's pause);
+* ``timing``: when a relay's queues (or each of its bots) may have work next;
+* ``bots``: each bot's figures for ``outbox status`` and the web page;
 * ``maintenance``: the round's lock, the reaper, retention, idle chats;
 * ``status``: the counts and health of ``outbox status`` and the web page;
 * ``registry``: the fleet's register of relays (heartbeats, the list, unserved queues);
@@ -35,6 +38,13 @@ from outbox.queries._common import (
 from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.bots import BotFigures, TokenState, bot_status
+from outbox.queries.claim import (
+    ClaimedRow,
+    ClaimLimits,
+    claim_due,
+    claim_holder,
+    prefer_generic_plans,
+)
 from outbox.queries.maintenance import (
     Pruned,
     Reaped,
@@ -69,18 +79,10 @@ from outbox.queries.registry import (
     unserved_queues,
 )
 from outbox.queries.relay import (
-    ClaimedRow,
-    ClaimLimits,
     Outcome,
-    QueueTiming,
     announce_pause,
     backlog,
-    bots_timing,
-    claim_due,
-    claim_holder,
     ensure_bot,
-    prefer_generic_plans,
-    queue_timing,
     record_outcomes,
     still_claimed,
 )
@@ -93,6 +95,7 @@ from outbox.queries.status import (
     lane_figures,
     queue_status,
 )
+from outbox.queries.timing import QueueTiming, bots_timing, queue_timing
 
 if TYPE_CHECKING:
     from outbox.queries._common import AsyncAppConn as AsyncAppConn

@@ -49,7 +49,7 @@ UNION ALL
 SELECT id, false FROM {outbox} WHERE kalit = :kalit AND NOT EXISTS (SELECT 1 FROM inserted)
 """
 
-# A claim takes a follow-up only once its original is done (queries.relay); due no sooner than
+# A claim takes a follow-up only once its original is done (queries.claim); due no sooner than
 # the original, it does not keep relays asking (or a drain waiting) meanwhile.
 _FIND_BY_KEY = "SELECT id FROM {outbox} WHERE kalit = :kalit"
 

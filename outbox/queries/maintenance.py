@@ -58,7 +58,7 @@ async def try_maintenance_lock(conn: AsyncConn, *, schema: str, idle_seconds: fl
 # hangs. When the relay held this row alone, the attempt counts: the message may have gone out,
 # or the row itself may be what kills relays. When it held other rows too, nothing says which
 # row was at fault: the attempt is given back and the row becomes a suspect, claimed alone
-# next time (see _CLAIM_DUE in outbox.queries.relay), so that a poison row narrows down to
+# next time (see _CLAIM_DUE in outbox.queries.claim), so that a poison row narrows down to
 # itself. egasi stays on a reaped row until its next claim: the rows of one dead process are
 # counted together even when their claims expire in different rounds.
 # The row's attempts are used up and it was held alone: it goes to xato.
