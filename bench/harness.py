@@ -52,6 +52,10 @@ class Figure:
     note: str = ""
 
 
+class PartUnavailable(Exception):
+    """A part cannot run here (a peer library is not installed): one line, not a traceback."""
+
+
 @dataclass
 class Options:
     quick: bool = False

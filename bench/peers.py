@@ -14,6 +14,7 @@ import asyncio
 import logging
 import time
 from datetime import timedelta
+from importlib.util import find_spec
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -21,7 +22,7 @@ import psycopg
 
 from bench import db_path
 from bench.cost import CostProbe
-from bench.harness import Figure, Options, Server
+from bench.harness import Figure, Options, PartUnavailable, Server
 
 PROCRASTINATE_CONCURRENCY = 8
 PGQUEUER_BATCH = 100
@@ -101,6 +102,12 @@ async def _pgqueuer(url: str, jobs: int, probe: CostProbe) -> float:
 
 
 def run(server: Server, options: Options) -> list[Figure]:
+    missing = [name for name in ("procrastinate", "pgqueuer") if find_spec(name) is None]
+    if missing:
+        raise PartUnavailable(
+            f"{' and '.join(missing)} not installed: `make bench-peers` installs them "
+            "(or pip install 'procrastinate>=3' 'pgqueuer>=0.20')"
+        )
     jobs = options.scale(50_000, 5_000)
     # Both peers log every job or batch at INFO; keep the table readable.
     for name in ("procrastinate", "pgqueuer"):
