@@ -16,7 +16,10 @@ from outbox.telegram import DEFAULT_API_URL
 __all__ = ["RelayConfig", "read_token", "telegram_api_url"]
 
 DEFAULT_CONCURRENCY = 128  # sends in flight: 1,280/s against a 100 ms Bot API round trip
-DEFAULT_BATCH_SIZE = 64
+# Rows a claim takes at most. The claim walks each of the 21 priorities (queries.claim), about
+# 1 ms of the server's time a claim whatever its size: 128 rows a claim cost 35 us a row where
+# 64 cost 46 (a claim beside 12,800 due rows, prepared, no chat limits).
+DEFAULT_BATCH_SIZE = 128
 # Rows claimed beyond the free send slots, at most, so that a slot that frees up starts its next
 # send at once instead of waiting for a claim round trip (which includes the commit's disk
 # flush). The relay claims ahead only what it will start within about 25 ms at its current pace
