@@ -262,3 +262,27 @@ def test_a_relay_wakes_when_the_plan_says_a_peak_must_start(engine: sa.Engine, d
     # Without a per-bot rate there is no plan: the rows are due at their moment.
     alone = asyncio.run(timing(0.0))
     assert alone is not None and alone > 30
+
+
+def test_a_priority_new_to_the_connection_is_claimed_in_its_place(
+    engine: sa.Engine, db_url: str
+) -> None:
+    # A connection's claims walk the priorities its last claim found pending; one that comes
+    # later (a reply during a broadcast) is still taken first, and then walked like the rest.
+    for n in range(3):
+        add(engine, f"bulk-{n}", 100 + n)
+
+    async def run() -> list[list[str]]:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await ensure_bot(conn, "default", schema=SCHEMA)
+
+            async def once(limit: int) -> list[str]:
+                rows = await claim_due(conn, limit, schema=SCHEMA, limits=FAST)
+                return [r.key for r in sorted(rows, key=lambda r: r.wait)]
+
+            first = await once(1)  # this connection has seen priority 0 only
+            await asyncio.to_thread(add, engine, "reply", 1, priority=10)
+            await asyncio.to_thread(add, engine, "news", 2, priority=-5)
+            return [first, await once(1), await once(10)]
+
+    assert asyncio.run(run()) == [["bulk-0"], ["reply"], ["bulk-1", "bulk-2", "news"]]
