@@ -150,7 +150,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         "original": "[42, 7, null]",
         "original_state": None,
         "expires_in": 3.5,
-        "priorities": [5, 0],
+        "priorities": "{5,0}",
         "extra": "a column added to the list",
     }
     expected = queries.ClaimedRow(
@@ -165,7 +165,7 @@ def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> N
         queue="shop",
         original=[42, 7, None],  # a follow-up's original: its marker, decoded
         expires_in=3.5,
-        priorities=[5, 0],
+        priorities="{5,0}",
     )
     for names in (list(values), list(reversed(values))):
         make = queries.claim._claimed_rows(_Cursor(names))  # type: ignore[arg-type]

@@ -49,7 +49,9 @@ class ClaimedRow(NamedTuple):
     original: Any = None
     original_state: str | None = None
     expires_in: float | None = None  # seconds from the claim until its expiry (eskirish)
-    priorities: Any = None  # the priorities pending in the queue at the claim, highest first
+    # The priorities pending in the queue at the claim, highest first, as PostgreSQL writes an
+    # array ('{10,0}'): text, read for the first row only (claim_due).
+    priorities: str | None = None
 
 
 class ClaimLimits(NamedTuple):
@@ -253,7 +255,7 @@ RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
           CASE WHEN o.payload ? 'message_key' THEN
               (SELECT w.holat || coalesce(':' || w.xato_turi, '') FROM {outbox} w
                WHERE w.kalit = o.payload ->> 'message_key') END AS original_state,
-          (SELECT found FROM priorities) AS priorities,
+          (SELECT found FROM priorities)::text AS priorities,
           CASE WHEN isfinite(o.eskirish)
                THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in
 """
@@ -453,7 +455,7 @@ async def claim_due(
         await cursor.execute(statement, params)
         rows = await cursor.fetchall()
     if rows and rows[0].priorities is not None:
-        seen[lane] = tuple(rows[0].priorities)
+        seen[lane] = tuple(int(p) for p in rows[0].priorities.strip("{}").split(",") if p)
     return rows
 
 
