@@ -23,7 +23,29 @@ class QueueTiming(NamedTuple):
 # Per queue: the earliest pending row (or its chat's next free moment), but not before the pause
 # ends nor before the bot's budget has a free slot within the claim's horizon. Through epochs (a
 # due time of +-infinity gives +-inf here instead of an error in every idle relay).
-_QUEUE_TIMING = """
+# A queue's windowed rows ahead, in deadline order, numbered (what the claim's plan reads), and
+# the moment the k-th of them must start by: deadline_k - k / rate, not before its window opens.
+_WINDOWED = """(SELECT keyingi_urinish, eng_erta,
+                 row_number() OVER (ORDER BY keyingi_urinish, id) AS k
+          FROM {outbox} r
+          WHERE holat = {pending} AND navbat = q.navbat {rows_of_bot} AND eng_erta IS NOT NULL
+            {not_paused}
+            AND keyingi_urinish > now()
+            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
+          ORDER BY keyingi_urinish, id
+          LIMIT {plan_rows}) w"""
+_WINDOW_START = """greatest(extract(epoch FROM w.eng_erta),
+                    extract(epoch FROM w.keyingi_urinish) - w.k / %(rate)s)"""
+
+
+def _with_windows(statement: str, rows_of_bot: str) -> str:
+    return statement.replace("{windowed}", _WINDOWED.replace("{rows_of_bot}", rows_of_bot)).replace(
+        "{window_start}", _WINDOW_START
+    )
+
+
+_QUEUE_TIMING = _with_windows(
+    """
 SELECT min(greatest(d.due, extract(epoch FROM h.pauza_tugashi),
                     extract(epoch FROM h.keyingi_slot) - %(horizon)s))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
@@ -45,22 +67,14 @@ CROSS JOIN LATERAL (
 CROSS JOIN LATERAL (
     -- A windowed row may be due before its time: when the plan of the claim (its k-th row
     -- must start by deadline_k - k / rate) says so, once its window is open.
-    SELECT least(d0.due, min(greatest(extract(epoch FROM w.eng_erta),
-                                      extract(epoch FROM w.keyingi_urinish) - w.k / %(rate)s)))
-           AS due, d0.first_due
-    FROM (SELECT keyingi_urinish, eng_erta,
-                 row_number() OVER (ORDER BY keyingi_urinish, id) AS k
-          FROM {outbox} r
-          WHERE holat = {pending} AND navbat = q.navbat {bot_rows} AND eng_erta IS NOT NULL
-            {not_paused}
-            AND keyingi_urinish > now()
-            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
-          ORDER BY keyingi_urinish, id
-          LIMIT {plan_rows}) w
+    SELECT least(d0.due, min({window_start})) AS due, d0.first_due
+    FROM {windowed}
     WHERE %(rate)s > 0
 ) d
 LEFT JOIN {bot_holati} h ON h.bot = %(bot)s
-""".replace("{not_paused}", not_paused("r", queue="q.navbat").strip())
+""",
+    "{bot_rows}",
+).replace("{not_paused}", not_paused("r", queue="q.navbat").strip())
 # Paused rows are no work: an idle relay does not wake for them, and a drain ends without them.
 
 
@@ -99,7 +113,8 @@ async def queue_timing(
 # its first pending row; only when that one is due are its first rows matched against their
 # chats (a one-time filter on the inner scan). So a bot with nothing pending costs a round one
 # index probe per queue, and one whose rows are all for later, two.
-_BOTS_TIMING = """
+_BOTS_TIMING = _with_windows(
+    """
 SELECT b.bot,
        min(greatest(CASE WHEN f.at > now() THEN least(extract(epoch FROM f.at), e.due)
                          ELSE d.due END,
@@ -128,21 +143,15 @@ LEFT JOIN LATERAL (
 LEFT JOIN LATERAL (
     -- While its first row is ahead, a bot's windowed rows may be due before their time, when
     -- the claim's plan says so (see _QUEUE_TIMING).
-    SELECT min(greatest(extract(epoch FROM w.eng_erta),
-                        extract(epoch FROM w.keyingi_urinish) - w.k / %(rate)s)) AS due
-    FROM (SELECT keyingi_urinish, eng_erta,
-                 row_number() OVER (ORDER BY keyingi_urinish, id) AS k
-          FROM {outbox} r
-          WHERE %(rate)s > 0 AND f.at > now()
-            AND holat = {pending} AND r.bot = b.bot AND navbat = q.navbat AND eng_erta IS NOT NULL
-            {not_paused}
-            AND keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
-          ORDER BY keyingi_urinish, id
-          LIMIT {plan_rows}) w
+    SELECT min({window_start}) AS due
+    FROM {windowed}
+    WHERE %(rate)s > 0 AND f.at > now()
 ) e ON true
 LEFT JOIN {bot_holati} h ON h.bot = b.bot
 GROUP BY b.bot
-""".replace("{not_paused}", not_paused("r", queue="q.navbat", bot="b.bot").strip())
+""",
+    "AND r.bot = b.bot",
+).replace("{not_paused}", not_paused("r", queue="q.navbat", bot="b.bot").strip())
 
 
 async def bots_timing(
