@@ -18,7 +18,7 @@ DEEP = '{"a": ' + "[" * 40 + "]" * 40 + "}"
 GOOD = '{"chat_id": 1, "text": "Salom"}'
 REFUSED = {
     "outbox_payload_object": ("payload", "'[1, 2]'"),
-    "outbox_payload_size": ("payload", "'{\"text\": \"" + "x" * 70_000 + "\"}'"),
+    "outbox_payload_size": ("payload", '\'{"text": "' + "x" * 70_000 + "\"}'"),
     "outbox_payload_depth": ("payload", f"'{DEEP}'"),
     "outbox_navbat_name": ("navbat", "'no spaces'"),
     "outbox_bot_id": ("bot", "'123:token-like'"),
@@ -55,9 +55,9 @@ def test_insert_and_update_refuse_what_the_constraints_refused(db_url: str, name
 
 def test_copy_is_checked_and_good_rows_pass(db_url: str) -> None:
     with psycopg.connect(db_url, autocommit=True) as conn:
-        with pytest.raises(psycopg.errors.CheckViolation, match="outbox_payload_object"):
-            with conn.cursor().copy("COPY outbox (kalit, payload) FROM STDIN") as copy:
-                copy.write_row(("copied", "[1]"))
+        refused = pytest.raises(psycopg.errors.CheckViolation, match="outbox_payload_object")
+        with refused, conn.cursor().copy("COPY outbox (kalit, payload) FROM STDIN") as copy:
+            copy.write_row(("copied", "[1]"))
         nested = '{"a": ' * 31 + "1" + "}" * 31  # 32 levels: allowed
         conn.execute(
             "INSERT INTO outbox (kalit, payload, navbat, bot) VALUES "
@@ -88,7 +88,8 @@ def test_the_revision_down_and_up_keeps_every_row_and_the_names(db_url: str) -> 
     command.downgrade(config, "outbox_0012")
     with psycopg.connect(db_url, autocommit=True) as conn:
         names = {
-            r for (r,) in conn.execute(
+            r
+            for (r,) in conn.execute(
                 "SELECT conname FROM pg_constraint WHERE conrelid = 'outbox'::regclass"
             )
         }
@@ -108,7 +109,8 @@ def test_the_revision_down_and_up_keeps_every_row_and_the_names(db_url: str) -> 
         after = conn.execute("SELECT md5(string_agg(o::text, ',' ORDER BY id)) FROM outbox o")
         assert after.fetchone() == fingerprint
         left = {
-            r for (r,) in conn.execute(
+            r
+            for (r,) in conn.execute(
                 "SELECT conname FROM pg_constraint WHERE conrelid = 'outbox'::regclass"
             )
         }

@@ -101,7 +101,7 @@ def downgrade() -> None:
     s = f'"{target_schema()}"'
     op.execute(
         f"ALTER TABLE {s}.outbox "
-        + ", ".join(f"ADD CONSTRAINT {name} CHECK ({check})" for name, check in _CONSTRAINTS.items())
+        + ", ".join(f"ADD CONSTRAINT {n} CHECK ({check})" for n, check in _CONSTRAINTS.items())
     )
     op.execute(f"DROP TRIGGER outbox_row_checks ON {s}.outbox")
     op.execute(f"DROP FUNCTION {s}.outbox_row_checks()")
