@@ -286,3 +286,27 @@ def test_a_priority_new_to_the_connection_is_claimed_in_its_place(
             return [first, await once(1), await once(10)]
 
     assert asyncio.run(run()) == [["bulk-0"], ["reply"], ["bulk-1", "bulk-2", "news"]]
+
+
+def test_a_private_chat_keeps_the_chat_gap_and_any_other_the_group_gap(
+    engine: sa.Engine, db_url: str
+) -> None:
+    # A private chat's id is all digits; a group's is negative, a channel's a name, and a
+    # chat id written by hand that is neither is spaced as a group (the safer gap).
+    chats = {"12345": 10.0, "-100123": 100.0, "@kanal": 100.0, "12a": 100.0, " 7": 100.0}
+    with engine.begin() as conn:
+        for i, chat in enumerate(chats):
+            conn.execute(
+                sa.text("INSERT INTO outbox (kalit, payload) VALUES (:k, :p)"),
+                {"k": f"c{i}", "p": f'{{"chat_id": "{chat}", "text": "x"}}'},
+            )
+    assert len(claim(db_url, 10, ClaimLimits(chat_gap=10.0, group_gap=100.0))) == len(chats)
+    with engine.connect() as conn:
+        kept = dict(
+            conn.execute(
+                sa.text("SELECT chat, extract(epoch FROM keyingi - now()) FROM chat_navbati")
+            ).all()
+        )
+    assert set(kept) == set(chats)
+    for chat, gap in chats.items():
+        assert gap - 5 < float(kept[chat]) <= gap, (chat, kept[chat])

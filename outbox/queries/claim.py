@@ -221,9 +221,12 @@ chats AS (
     -- Each chat's next free moment. The condition is checked against the newest version of
     -- the chat's row: a claim that waited for another relay's does not double-book the chat.
     INSERT INTO {chat_navbati} AS c (bot, chat, keyingi)
-    -- An album of N keeps its chat for N gaps (Telegram counts each item).
-    SELECT %(bot)s, chat, send_at + make_interval(secs => w * CASE WHEN chat ~ '^[0-9]+$'
-                                                          THEN %(chat_gap)s ELSE %(group_gap)s END)
+    -- An album of N keeps its chat for N gaps (Telegram counts each item). A private chat's
+    -- id is all digits; the test is ltrim's, not the regular expression '^[0-9]+$', which
+    -- cost the server about 3 us a message (PostgreSQL builds its automaton on every call).
+    SELECT %(bot)s, chat, send_at + make_interval(secs => w * CASE
+               WHEN chat <> '' AND ltrim(chat, '0123456789') = ''
+               THEN %(chat_gap)s ELSE %(group_gap)s END)
     FROM timed WHERE chat IS NOT NULL AND %(chat_on)s
     ON CONFLICT (bot, chat) DO UPDATE SET keyingi = excluded.keyingi
     -- The chat is free by this row's own moment (its row in timed: one per chat per claim).
