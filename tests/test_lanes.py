@@ -302,7 +302,7 @@ def test_a_private_chat_keeps_the_chat_gap_and_any_other_the_group_gap(
             )
     assert len(claim(db_url, 10, ClaimLimits(chat_gap=10.0, group_gap=100.0))) == len(chats)
     with engine.connect() as conn:
-        kept = dict(
+        kept: dict[str, float] = dict(
             conn.execute(
                 sa.text("SELECT chat, extract(epoch FROM keyingi - now()) FROM chat_navbati")
             ).all()
