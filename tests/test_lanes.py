@@ -281,8 +281,12 @@ def test_a_priority_new_to_the_connection_is_claimed_in_its_place(
                 return [r.key for r in sorted(rows, key=lambda r: r.wait)]
 
             first = await once(1)  # this connection has seen priority 0 only
-            await asyncio.to_thread(add, engine, "reply", 1, priority=10)
-            await asyncio.to_thread(add, engine, "news", 2, priority=-5)
+            # Both older than the rest: a claim's first slot is the oldest due row's one time
+            # in RESERVED_SHARE (the starvation bound, on the bot's slot clock), and then it is
+            # the reply's too.
+            early = await asyncio.to_thread(ago, engine, 60)
+            await asyncio.to_thread(add, engine, "reply", 1, priority=10, run_at=early)
+            await asyncio.to_thread(add, engine, "news", 2, priority=-5, run_at=early)
             return [first, await once(1), await once(10)]
 
     assert asyncio.run(run()) == [["bulk-0"], ["reply"], ["bulk-1", "bulk-2", "news"]]
