@@ -23,6 +23,7 @@ from outbox.errors import TelegramUnauthorized
 from outbox.payload import Request, is_basic, request_of
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.slots import Slots
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.retry import RetryPolicy, decide
@@ -107,7 +108,7 @@ class SendPool:
         self._wakeup = wakeup or asyncio.Event()  # the claimer's: a slot is free
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._slots = asyncio.Semaphore(concurrency)
+        self._slots = Slots(concurrency)
         self._tasks: set[asyncio.Task[None]] = set()
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
         self._sending: set[int] = set()
