@@ -34,13 +34,19 @@ def test_waiters_get_freed_slots_in_the_order_they_asked() -> None:
     assert asyncio.run(run()) == [0, 1, 2, 3, 4]
 
 
+async def _two_waiting() -> tuple[Slots, asyncio.Task[None], asyncio.Task[None]]:
+    """One slot, taken, and two tasks waiting for it in turn."""
+    slots = Slots(1)
+    await slots.acquire()
+    first = asyncio.create_task(slots.acquire())
+    second = asyncio.create_task(slots.acquire())
+    await asyncio.sleep(0)
+    return slots, first, second
+
+
 def test_a_waiter_cancelled_while_waiting_is_skipped() -> None:
     async def run() -> None:
-        slots = Slots(1)
-        await slots.acquire()
-        first = asyncio.create_task(slots.acquire())
-        second = asyncio.create_task(slots.acquire())
-        await asyncio.sleep(0)
+        slots, first, second = await _two_waiting()
         first.cancel()
         await asyncio.sleep(0)
         slots.release()  # to the second: the first gave up
@@ -54,11 +60,7 @@ def test_a_waiter_cancelled_while_waiting_is_skipped() -> None:
 
 def test_a_waiter_cancelled_after_it_was_handed_a_slot_gives_it_on() -> None:
     async def run() -> None:
-        slots = Slots(1)
-        await slots.acquire()
-        first = asyncio.create_task(slots.acquire())
-        second = asyncio.create_task(slots.acquire())
-        await asyncio.sleep(0)
+        slots, first, second = await _two_waiting()
         slots.release()  # handed to the first, which is cancelled before it runs
         first.cancel()
         with pytest.raises(asyncio.CancelledError):
