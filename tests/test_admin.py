@@ -348,6 +348,19 @@ def test_replay_all_failed_of_one_queue_says_which(
     assert (row(engine, shop)[0], row(engine, plain)[0]) == ("kutmoqda", "xato")
 
 
+def test_replay_all_failed_of_one_priority_says_which(
+    engine: sa.Engine, outbox_db: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    high = add_failed(engine, "high")
+    plain = add_failed(engine, "plain")
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE outbox SET ustuvorlik = 5 WHERE id = :id"), {"id": high})
+
+    code, out, _ = run(capsys, "replay", "--all-failed", "--priority", "5")
+    assert (code, out) == (0, "replayed 1 failed messages (ustuvorlik 5)\n")
+    assert (row(engine, high)[0], row(engine, plain)[0]) == ("kutmoqda", "xato")
+
+
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
@@ -355,9 +368,11 @@ def test_replay_all_failed_of_one_queue_says_which(
         (["replay", "1", "--all-failed"], "give message ids or --all-failed, not both"),
         (
             ["replay", "1", "--tur", "eslatma"],
-            "--tur, --queue, --bot and --since only filter --all-failed",
+            "--tur, --queue, --bot, --priority and --since only filter --all-failed",
         ),
-        (["replay", "1", "--bot", "1001"], "--tur, --queue, --bot and --since only filter"),
+        (["replay", "1", "--bot", "1001"], "--tur, --queue, --bot, --priority and --since only"),
+        (["replay", "1", "--priority", "5"], "--tur, --queue, --bot, --priority and --since only"),
+        (["replay", "--all-failed", "--priority", "11"], "--priority: "),
         (["replay", "--all-failed", "--bot", "1:x"], "--bot: give the bot's public id"),
         (["replay", "1", "x2"], "'x2' is not a message id: ids are whole numbers like 42"),
         (["replay", "0"], "'0' is not a message id: ids are whole numbers like 42"),

@@ -21,10 +21,10 @@ from outbox.commands.options import (
     Commands,
     add_bot_filter,
     add_lease,
+    add_priority_filter,
     add_queue_filter,
     duration,
     message_id,
-    priority,
     state_name,
     whole_number,
 )
@@ -79,9 +79,9 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidInput("give message ids or --all-failed, not both")
     if not bulk and not args.ids:
         raise InvalidInput("give one or more message ids, or --all-failed")
-    filters = (args.tur, args.since, args.queue, args.bot)
+    filters = (args.tur, args.since, args.queue, args.bot, args.priority)
     if not bulk and any(f is not None for f in filters):
-        raise InvalidInput("--tur, --queue, --bot and --since only filter --all-failed")
+        raise InvalidInput("--tur, --queue, --bot, --priority and --since only filter --all-failed")
     with open_database(args) as engine, engine.begin() as conn:
         results = api.replay(
             conn,
@@ -91,6 +91,7 @@ def cmd_replay(args: argparse.Namespace) -> int:
             failed_within_seconds=args.since,
             queue=args.queue,
             bot=args.bot,
+            priority=args.priority,
         )
     replayed = [r for r in results if r.replayed]
     unknown = [r for r in results if r.state is None]
@@ -126,6 +127,8 @@ def _bulk_filter(args: argparse.Namespace) -> str:
         filters.append(f"navbat {args.queue}")
     if args.bot is not None:
         filters.append(f"bot {args.bot}")
+    if args.priority is not None:
+        filters.append(f"ustuvorlik {args.priority}")
     if args.since is not None:
         filters.append(f"failed in the last {out.span(args.since)}")
     return f" ({', '.join(filters)})" if filters else ""
@@ -255,14 +258,7 @@ def register(commands: Commands) -> None:
     )
     add_queue_filter(listing, "only this queue")
     add_bot_filter(listing, "only the rows this bot sends (its public id)")
-    listing.add(
-        "--priority",
-        env=None,  # a filter, like --queue: a variable left set would hide the other rows
-        default=None,
-        convert=priority,
-        help="only rows of this priority (ustuvorlik, -10 to 10)",
-        metavar="N",
-    )
+    add_priority_filter(listing, "only rows of this priority (ustuvorlik, -10 to 10)")
 
     show = commands.add("show", cmd_show, "one message in full, with its sent marker", json=True)
     show.add_argument("id", type=message_id, help="the message id")
@@ -298,6 +294,7 @@ def register(commands: Commands) -> None:
     )
     add_queue_filter(replay, "with --all-failed: only this queue")
     add_bot_filter(replay, "with --all-failed: only the rows of this bot (its public id)")
+    add_priority_filter(replay, "with --all-failed: only the rows of this priority (-10 to 10)")
 
     status = commands.add(
         "status", cmd_status, "health: rows per state, lag, stuck claims", json=True

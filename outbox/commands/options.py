@@ -414,6 +414,11 @@ def add_bot_filter(parser: Parser, help: str) -> None:
     parser.add("--bot", env=None, default=None, convert=bot_id, help=help, metavar="BOT_ID")
 
 
+def add_priority_filter(parser: Parser, help: str) -> None:
+    # No environment twin, as --queue: a filter left set in the environment hides the rest.
+    parser.add("--priority", env=None, default=None, convert=priority, help=help, metavar="N")
+
+
 def add_queue_filter(parser: Parser, help: str) -> None:
     # No environment twin: OUTBOX_QUEUES is the relay's, and a status filtered by a variable
     # left set would hide the other queues' trouble.
