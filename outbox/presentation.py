@@ -504,6 +504,7 @@ def relays_table(relays: Sequence[RelayRecord]) -> list[str]:
             r.host,
             str(r.pid),
             ",".join(r.queues),
+            _bots_cell(r),
             "alive" if r.alive else "gone",
             f"{span(round(r.silent_seconds))} ago",
             when(r.started_at),
@@ -513,8 +514,16 @@ def relays_table(relays: Sequence[RelayRecord]) -> list[str]:
         )
         for r in relays
     ]
-    headers = ("host", "pid", "queues", "state", "last seen", "started", "in flight", "sent")
-    return table((*headers, "version"), rows, numeric={1, 6, 7})
+    headers = ("host", "pid", "queues", "bots", "state", "last seen", "started", "in flight")
+    return table((*headers, "sent", "version"), rows, numeric={1, 7, 8})
+
+
+def _bots_cell(relay: RelayRecord) -> str:
+    """The bots a relay sends for: their ids, or how many once there are more than a few."""
+    if not relay.bots:
+        return "-"
+    shown = ",".join(relay.bots) if len(relay.bots) <= 3 else f"{len(relay.bots)} bots"
+    return shown + (f" ({len(relay.rejected_bots)} rejected)" if relay.rejected_bots else "")
 
 
 def unserved_line(unserved: Mapping[str, int]) -> str:

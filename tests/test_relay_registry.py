@@ -65,8 +65,8 @@ def test_two_relays_are_listed_and_a_clean_stop_removes_one(
     code, table, _ = run_cli(capsys, "relays", "--database-url", db_url)
     assert code == 0
     header, line = table.splitlines()
-    assert header.split()[:4] == ["host", "pid", "queues", "state"]
-    assert f" {second.pid} " in line and " alive " in line
+    assert header.split()[:5] == ["host", "pid", "queues", "bots", "state"]
+    assert f" {second.pid} " in line and " 123456 " in line and " alive " in line
     assert second.stop() == 0, second.describe()
     code, table, _ = run_cli(capsys, "relays", "--database-url", db_url)
     assert code == 0 and table.startswith("no relay is registered")

@@ -18,6 +18,8 @@ from outbox.config import RelayConfig, read_token, telegram_api_url
 from outbox.db import normalize_url, redact_url, with_database
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import ConfigError, InvalidInput
+from outbox.presentation import relays_table
+from outbox.queries.registry import RelayRecord
 from outbox.ratelimit import RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary
@@ -308,3 +310,36 @@ def test_a_send_that_meets_flood_control_goes_back_until_the_pause_ends() -> Non
     assert (back.state, back.refund_attempt) == (State.PENDING, True)
     assert 0.5 < back.delay_seconds <= 1.0  # due when the pause ends
     assert total.deferred == 1
+
+
+def test_the_relays_table_names_a_few_bots_and_counts_many() -> None:
+    def relay(pid: int, bots: tuple[str, ...], rejected: tuple[str, ...] = ()) -> RelayRecord:
+        now = datetime.now(UTC)
+        return RelayRecord(
+            "ab12cd34",
+            "host",
+            pid,
+            "1.0",
+            ("default",),
+            bots,
+            rejected,
+            now,
+            now,
+            5.0,
+            0,
+            {},
+            alive=True,
+            silent_seconds=1.0,
+        )
+
+    lines = relays_table(
+        [
+            relay(1, ("1001", "1002")),
+            relay(2, tuple(str(1000 + n) for n in range(12)), ("1003",)),
+            relay(3, ()),
+        ]
+    )
+    assert lines[0].split()[:5] == ["host", "pid", "queues", "bots", "state"]
+    assert " 1001,1002 " in lines[1]
+    assert " 12 bots (1 rejected) " in lines[2]
+    assert " - " in lines[3]
