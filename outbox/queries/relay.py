@@ -103,6 +103,11 @@ WHERE o.id = r.id AND o.holat = (SELECT {in_progress}) AND o.urinish = r.urinish
 _MOVED_PAYLOAD = """payload = CASE WHEN r.new_chat_id IS NULL THEN o.payload
                    ELSE jsonb_set(o.payload, ARRAY['chat_id'], to_jsonb(r.new_chat_id)) END,
     """
+# The write of a batch, by whether it has a moved group.
+_RECORD = {
+    False: _RECORD_OUTCOMES.replace("{payload}", ""),
+    True: _RECORD_OUTCOMES.replace("{payload}", _MOVED_PAYLOAD),
+}
 
 
 async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome], *, schema: str) -> int:
@@ -119,8 +124,7 @@ def record_statement(outcomes: Sequence[Outcome], *, schema: str) -> tuple[str, 
     """The write of ``record_outcomes`` and its parameters (tests read its plan)."""
     batch = json.dumps([_outcome_fields(o) for o in outcomes], separators=(",", ":"))
     moved = any(o.new_chat_id is not None for o in outcomes)
-    statement = _RECORD_OUTCOMES.replace("{payload}", _MOVED_PAYLOAD if moved else "")
-    return _sql(statement, schema), {"batch": batch, "count": len(outcomes)}
+    return _sql(_RECORD[moved], schema), {"batch": batch, "count": len(outcomes)}
 
 
 def _outcome_fields(o: Outcome) -> dict[str, Any]:

@@ -32,7 +32,7 @@ from enum import StrEnum
 from outbox import queries
 from outbox.config import RelayConfig
 from outbox.errors import TelegramUnauthorized, TelegramUnavailable
-from outbox.relay.claimer import Claimer, fleet_limits
+from outbox.relay.claimer import DEFER_SLACK, Claimer, fleet_limits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.send_pool import SendPool, claim_check
@@ -47,12 +47,7 @@ log = logging.getLogger("outbox.relay")
 
 # How often the folder is looked at for added, replaced and removed tokens.
 LOOK_INTERVAL = 2.0
-# A bot's due rows that its claim did not get (another relay's claim holds them locked) are
-# looked at again after 10 ms, then 20 ms, ... up to half a second.
-_BUSY_BACKOFF_START = 0.01
-_BUSY_BACKOFF_MAX = 0.5
 _START_DELAY, _START_DELAY_MAX = 0.5, 10.0  # getMe again while the Bot API cannot be reached
-_DEFER_SLACK = 0.5  # as the claimer's: rows handed back are due a moment after the decision
 
 
 class LaneState(StrEnum):
@@ -74,7 +69,6 @@ class Lane:
     state: LaneState = LaneState.STARTING
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     blocked_until: float = 0.0  # loop time: due rows locked by another claim, look later
-    backoff: float = _BUSY_BACKOFF_START
 
 
 class BotLanes:
@@ -331,7 +325,7 @@ class BotsClaimer:
             timing = unknown if timings is None else timings.get(lane.bot, nothing)
             due_in = lane.claimer.settle(timing, deferred_until=lane.pool.deferred_until)
             now = loop.time()
-            if lane.pool.in_flight or lane.pool.deferred_until + _DEFER_SLACK > now:
+            if lane.pool.in_flight or lane.pool.deferred_until + DEFER_SLACK > now:
                 idle = False
             if due_in is None:
                 continue
@@ -350,13 +344,13 @@ class BotsClaimer:
             rows = await lane.claimer.claim(plan.want)
             lane.pool.start(rows, loop.time())
             if rows:
-                lane.backoff = _BUSY_BACKOFF_START
+                lane.claimer.took()
                 again = True
             else:
                 # Due rows the claim skipped: locked by another relay's claim of this bot.
-                lane.blocked_until = now + lane.backoff
-                wait = min(wait, lane.backoff)
-                lane.backoff = min(lane.backoff * 2, _BUSY_BACKOFF_MAX)
+                backoff = lane.claimer.skipped()
+                lane.blocked_until = now + backoff
+                wait = min(wait, backoff)
         return again, wait, idle
 
     async def _timings(self, bots: list[str]) -> dict[str, queries.QueueTiming] | None:

@@ -21,7 +21,7 @@ from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, SendPool
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 
-__all__ = ["ClaimPlan", "Claimer", "fleet_limits"]
+__all__ = ["DEFER_SLACK", "ClaimPlan", "Claimer", "fleet_limits"]
 
 # Rows claimed ahead of the free send slots should start well within RECHECK_AFTER, so the
 # claimer claims ahead only what it starts within half of it at the rate its slots have been
@@ -30,7 +30,7 @@ _AHEAD_WINDOW = RECHECK_AFTER / 2
 _RATE_WINDOW = 0.1
 # Rows this relay handed back fall due a moment after it decided (their time is set when the
 # write commits): a drain gives them that moment before it ends.
-_DEFER_SLACK = 0.5
+DEFER_SLACK = 0.5
 
 # Due rows that stay locked by another transaction are looked at after 10 ms, then 20 ms, ...
 _BUSY_BACKOFF_START = 0.01
@@ -131,7 +131,7 @@ class Claimer:
                 rows = await self.claim(plan.want)
                 pool.start(rows, loop.time())
                 if len(rows) == plan.want:
-                    self._busy_backoff = _BUSY_BACKOFF_START
+                    self.took()
                     await asyncio.sleep(0)  # let the sends start before claiming more
                     continue
                 idle = not pool.in_flight
@@ -142,7 +142,7 @@ class Claimer:
                     claimed=bool(rows), deferred_until=pool.deferred_until
                 )
                 nothing_due = next_due is None or (next_due > 0 and not self._held)
-                deferred_done = pool.deferred_until + _DEFER_SLACK <= loop.time()
+                deferred_done = pool.deferred_until + DEFER_SLACK <= loop.time()
                 if drain and not pool.in_flight and nothing_due and deferred_done:
                     return
                 if next_due is not None:
@@ -211,7 +211,7 @@ class Claimer:
             # Another relay of the bot (or this one) was told to wait: so is this one.
             self._flood.read(timing.paused, now)
         next_due = timing.next_due
-        own_deferred = deferred_until + _DEFER_SLACK - now
+        own_deferred = deferred_until + DEFER_SLACK - now
         if own_deferred > 0 and (next_due is None or next_due > own_deferred):
             next_due = own_deferred  # rows this relay handed back are its own work
         return next_due
@@ -223,12 +223,22 @@ class Claimer:
         if next_due is not None and next_due <= 0 and not claimed:
             # Due rows exist but the claim skipped them: another transaction holds them locked
             # (an app changing its task, say). Look again later instead of spinning on them.
-            next_due = self._busy_backoff
-            # Capped low: rows due later must not wait behind a row someone keeps locked.
-            self._busy_backoff = min(self._busy_backoff * 2, _BUSY_BACKOFF_MAX)
+            next_due = self.skipped()
         else:
-            self._busy_backoff = _BUSY_BACKOFF_START
+            self.took()
         return next_due
+
+    def skipped(self) -> float:
+        """Due rows the claim did not get (another transaction holds them locked): seconds to
+        wait before looking again, twice as long each time in a row."""
+        wait = self._busy_backoff
+        # Capped low: rows due later must not wait behind a row someone keeps locked.
+        self._busy_backoff = min(self._busy_backoff * 2, _BUSY_BACKOFF_MAX)
+        return wait
+
+    def took(self) -> None:
+        """The claim got rows (or nothing was due): the next skip waits the least again."""
+        self._busy_backoff = _BUSY_BACKOFF_START
 
     async def _timing(self) -> queries.QueueTiming | None:
         """The timing of this claimer's queues; None when the database cannot tell."""
