@@ -261,7 +261,9 @@ class Relay:
         elif not self._stopping.is_set() and isinstance(self.send_pool, SendPool):
             rows = await self.claimer.claim(self.config.batch_size)
             checked_at = asyncio.get_running_loop().time()
-            await asyncio.gather(*(self.send_pool.process(row, checked_at) for row in rows))
+            self.send_pool.start(rows, checked_at)
+            # Each row goes at its moment (within the slot horizon): all within the lease.
+            await self.send_pool.finish(self.config.lease_seconds, asyncio.Event())
             await self.completer.write_pending()
             await self.flood.announce()
         self._raise_if_fatal()

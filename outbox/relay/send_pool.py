@@ -1,11 +1,11 @@
-"""The send pool: claimed rows wait for a send slot and for the moment their claim reserved,
+"""The send pool: claimed rows wait for a worker and for the moment their claim reserved,
 are sent, and their outcome (classified in one place, ``outbox.classify``) goes to the
 completer.
 
 The bot's budget and each chat's spacing are the database's, kept by the claim for the whole
 fleet (``outbox.queries.claim_due``): each row comes with the moment it may go. The pool keeps
 no limits of its own; it sends each row at its moment or not at all. A row that cannot go then
-(it waited for a send slot, the event loop was busy, flood control began) goes back to the
+(it waited for a worker, the event loop was busy, flood control began) goes back to the
 queue without spending an attempt, and its next claim gives it a new moment.
 """
 
@@ -23,9 +23,9 @@ from outbox.errors import TelegramUnauthorized
 from outbox.payload import Request, is_basic, request_of
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
-from outbox.relay.slots import Slots
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
+from outbox.relay.workers import Workers
 from outbox.retry import RetryPolicy, decide
 from outbox.states import FailureCode, State
 from outbox.telegram import MethodSender, Sender, SentMessage, sent_of
@@ -34,11 +34,11 @@ __all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
 
 log = logging.getLogger("outbox.relay")
 
-# A claimed row that waited longer than this (for a send slot or its moment) is checked
+# A claimed row that waited longer than this (for a worker or its moment) is checked
 # before sending: the app may have withdrawn it meanwhile (outbox.cancel).
 RECHECK_AFTER = 0.05
 # A row later than this for the moment its claim reserved (a busy event loop, a slow database
-# answer, a wait for a send slot) is not sent: the chat spacing the claim keeps includes this
+# answer, a wait for a worker) is not sent: the chat spacing the claim keeps includes this
 # much, and no more.
 LATE_FOR_SLOT = 0.1
 
@@ -71,7 +71,8 @@ _CUT_OFF = Failure(
 
 
 class SendPool:
-    """At most ``concurrency`` sends at once; each keeps its slot until its outcome is written.
+    """At most ``concurrency`` sends at once; each keeps its worker until its outcome is
+    written.
 
     ``limits`` are the claim's (``claimer.fleet_limits``): with any of them on, each row has a
     moment reserved for it, and goes then or goes back.
@@ -105,11 +106,10 @@ class SendPool:
         self._stopping = stopping  # the claimer stopped: no new sends
         self._total = total
         self._on_unauthorized = on_unauthorized
-        self._wakeup = wakeup or asyncio.Event()  # the claimer's: a slot is free
+        self._wakeup = wakeup or asyncio.Event()  # the claimer's: a worker is free
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._slots = Slots(concurrency)
-        self._tasks: set[asyncio.Task[None]] = set()
+        self._workers = Workers(concurrency, self._process_given, done=self._row_done)
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
         self._sending: set[int] = set()
         # Rows (by id(row)) Telegram took whose delivery is not recorded yet: whatever fails
@@ -117,12 +117,12 @@ class SendPool:
         self._delivered: dict[int, SentMessage] = {}
         self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
         self._deferred_until = 0.0  # loop time when the last row handed back is due
-        self.finished = 0  # rows taken on and done with (the pace its slots free up)
+        self.finished = 0  # rows taken on and done with (the pace its workers free up)
 
     @property
     def in_flight(self) -> int:
-        """Claimed rows held: waiting for a slot, sending, or waiting for their write."""
-        return len(self._tasks)
+        """Claimed rows held: waiting for a worker, sending, or waiting for their write."""
+        return self._workers.held
 
     @property
     def deferred_until(self) -> float:
@@ -130,23 +130,20 @@ class SendPool:
         return self._deferred_until
 
     def start(self, rows: list[queries.ClaimedRow], checked_at: float) -> None:
-        """Take claimed rows on; each goes at its moment, once a send slot is free.
+        """Take claimed rows on; each goes at its moment, once a worker is free.
 
         ``checked_at``: the event loop's time when the rows were known to be claimed (their
         claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
         ``claimed_at`` is the database's time of the claim, used only to fence the write.
         """
-        for row in rows:
-            task = asyncio.create_task(self.process(row, checked_at))
-            self._tasks.add(task)
-            task.add_done_callback(self._finished)
+        self._workers.give((row, checked_at) for row in rows)
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._tasks.discard(task)
+    async def _process_given(self, given: tuple[queries.ClaimedRow, float]) -> None:
+        await self.process(*given)
+
+    def _row_done(self) -> None:
         self.finished += 1
-        self._wakeup.set()
-        if not task.cancelled() and task.exception() is not None:
-            log.error("send task failed", exc_info=task.exception())
+        self._wakeup.set()  # a worker is free: the claimer may claim
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -167,29 +164,22 @@ class SendPool:
     async def finish(self, grace: float, hurry: asyncio.Event) -> None:
         """Let the sends in flight end within ``grace`` seconds (or until ``hurry`` is set);
         cut off the rest. Rows not yet sent go back to the queue untouched."""
-        if self._tasks and not hurry.is_set():
-            all_done = asyncio.ensure_future(asyncio.wait(set(self._tasks)))
+        if self.in_flight and not hurry.is_set():
+            all_done = asyncio.ensure_future(self._workers.idle())
             hurried = asyncio.ensure_future(hurry.wait())
             await asyncio.wait(
                 {all_done, hurried}, timeout=grace, return_when=asyncio.FIRST_COMPLETED
             )
             all_done.cancel()
             hurried.cancel()
-        still_running = set(self._tasks)
-        for task in still_running:
-            task.cancel()
-        await asyncio.gather(*still_running, return_exceptions=True)
+        for row, _ in await self._workers.stop():
+            self._release(row)  # never started: back to the queue untouched
 
     # --- one row -------------------------------------------------------------------------------
 
     async def process(self, row: queries.ClaimedRow, checked_at: float) -> None:
         """Send one claimed row (known claimed at loop time ``checked_at``) and record its
         outcome; return once the outcome is written."""
-        try:
-            await self._slots.acquire()
-        except asyncio.CancelledError:
-            self._release(row)  # never started: back to the queue untouched
-            raise
         try:
             await self._deliver(row, checked_at)
         except Exception as err:  # a bug must not strand the row until the lease
@@ -208,7 +198,7 @@ class SendPool:
                     extra=_about(row),
                 )
                 self._record_delivered(row, sent)
-            # Like any outcome, this one is written before the slot goes to the next row.
+            # Like any outcome, this one is written before the worker takes the next row.
             await self._completer.until_written()
         except asyncio.CancelledError:
             if id(row) in self._sending:
@@ -222,7 +212,6 @@ class SendPool:
         else:
             await self._completer.until_written()
         finally:
-            self._slots.release()
             self._sending.discard(id(row))
             self._delivered.pop(id(row), None)
             if self._moved:
