@@ -22,7 +22,7 @@ class Recorder:
         self.running = 0
         self.most_running = 0
 
-    async def handle(self, item: int) -> None:
+    async def handle(self, item: int, _: None) -> None:
         self.started.append(item)
         self.running += 1
         self.most_running = max(self.most_running, self.running)
@@ -49,7 +49,7 @@ def test_items_start_in_the_order_given_and_never_more_than_the_concurrency() ->
     async def run() -> Recorder:
         rec = Recorder()
         workers = Workers(3, rec.handle, done=rec.count)
-        workers.give(range(10))
+        workers.give(range(10), None)
         await _settle()
         assert rec.started == [0, 1, 2] and workers.held == 10
         rec.release(1)
@@ -70,11 +70,11 @@ def test_idle_workers_take_items_given_later() -> None:
         rec = Recorder()
         workers = Workers(2, rec.handle, done=rec.count)
         rec.release(*range(6))
-        workers.give([0, 1])
+        workers.give([0, 1], None)
         await asyncio.wait_for(workers.idle(), 1)
         first = set(workers._tasks)
         for batch in ([2], [3, 4, 5]):  # the two workers wait idle in between
-            workers.give(batch)
+            workers.give(batch, None)
             await asyncio.wait_for(workers.idle(), 1)
         assert workers._tasks == first  # the same two, no new ones
         await workers.stop()
@@ -88,7 +88,7 @@ def test_stop_cancels_the_items_being_handled_and_hands_back_those_never_started
     async def run() -> tuple[Recorder, list[int], int]:
         rec = Recorder()
         workers = Workers(2, rec.handle, done=rec.count)
-        workers.give(range(5))
+        workers.give(range(5), None)
         await _settle()
         never_started = await workers.stop()
         return rec, never_started, workers.held
@@ -102,11 +102,11 @@ def test_workers_start_again_after_a_stop() -> None:
     async def run() -> Recorder:
         rec = Recorder()
         workers = Workers(1, rec.handle, done=rec.count)
-        workers.give([0])
+        workers.give([0], None)
         await _settle()
         await workers.stop()
         rec.release(1)
-        workers.give([1])
+        workers.give([1], None)
         await asyncio.wait_for(workers.idle(), 1)
         await workers.stop()
         return rec
@@ -119,7 +119,7 @@ def test_an_item_that_raises_is_logged_and_its_worker_goes_on(
 ) -> None:
     handled: list[int] = []
 
-    async def handle(item: int) -> None:
+    async def handle(item: int, _: None) -> None:
         if item == 1:
             raise RuntimeError("a bug")
         handled.append(item)
@@ -132,7 +132,7 @@ def test_an_item_that_raises_is_logged_and_its_worker_goes_on(
             done += 1
 
         workers = Workers(1, handle, done=count)
-        workers.give(range(4))
+        workers.give(range(4), None)
         await asyncio.wait_for(workers.idle(), 1)
         await workers.stop()
         return done
@@ -151,11 +151,11 @@ def test_a_worker_cancelled_while_idle_leaves_no_item_behind() -> None:
         rec = Recorder()
         workers = Workers(2, rec.handle, done=rec.count)
         rec.release(0, 1, 2)
-        workers.give([0, 1])
+        workers.give([0, 1], None)
         await asyncio.wait_for(workers.idle(), 1)
         next(iter(workers._tasks)).cancel()  # one of the two idle workers
         await _settle()
-        workers.give([2])
+        workers.give([2], None)
         await asyncio.wait_for(workers.idle(), 1)
         await workers.stop()
         return rec

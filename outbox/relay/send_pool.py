@@ -109,7 +109,7 @@ class SendPool:
         self._wakeup = wakeup or asyncio.Event()  # the claimer's: a worker is free
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
-        self._workers = Workers(concurrency, self._process_given, done=self._row_done)
+        self._workers = Workers(concurrency, self.process, done=self._row_done)
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
         self._sending: set[int] = set()
         # Rows (by id(row)) Telegram took whose delivery is not recorded yet: whatever fails
@@ -136,10 +136,7 @@ class SendPool:
         claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
         ``claimed_at`` is the database's time of the claim, used only to fence the write.
         """
-        self._workers.give((row, checked_at) for row in rows)
-
-    async def _process_given(self, given: tuple[queries.ClaimedRow, float]) -> None:
-        await self.process(*given)
+        self._workers.give(rows, checked_at)
 
     def _row_done(self) -> None:
         self.finished += 1
@@ -172,7 +169,7 @@ class SendPool:
             )
             all_done.cancel()
             hurried.cancel()
-        for row, _ in await self._workers.stop():
+        for row in await self._workers.stop():
             self._release(row)  # never started: back to the queue untouched
 
     # --- one row -------------------------------------------------------------------------------

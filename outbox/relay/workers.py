@@ -21,33 +21,36 @@ __all__ = ["Workers"]
 log = logging.getLogger("outbox.relay")
 
 Item = TypeVar("Item")
+Context = TypeVar("Context")
 
 
-class Workers(Generic[Item]):
-    """``handle`` each item given, at most ``concurrency`` at once, first given first started;
-    ``done`` is called after each (whatever became of it)."""
+class Workers(Generic[Item, Context]):
+    """``handle(item, context)`` for each item given, at most ``concurrency`` at once, first
+    given first started; ``done`` is called after each (whatever became of it)."""
 
     def __init__(
         self,
         concurrency: int,
-        handle: Callable[[Item], Awaitable[None]],
+        handle: Callable[[Item, Context], Awaitable[None]],
         *,
         done: Callable[[], None],
     ) -> None:
         self._concurrency = concurrency
         self._handle = handle
         self._done = done
-        self._queue: deque[Item] = deque()  # given, not started yet
+        self._queue: deque[tuple[Item, Context]] = deque()  # given, not started yet
         self._idle: deque[asyncio.Future[None]] = deque()  # a waiting worker's wake-up each
         self._tasks: set[asyncio.Task[None]] = set()
         self._none_held = asyncio.Event()
         self._none_held.set()
         self.held = 0  # given and not yet handled to the end
 
-    def give(self, items: Iterable[Item]) -> None:
+    def give(self, items: Iterable[Item], context: Context) -> None:
+        """Items to handle, each with ``context`` (for the send pool: when their claim
+        returned)."""
         queue = self._queue
         before = len(queue)
-        queue.extend(items)
+        queue.extend([(item, context) for item in items])
         added = len(queue) - before
         if not added:
             return
@@ -76,7 +79,7 @@ class Workers(Generic[Item]):
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-        never_started = list(self._queue)
+        never_started = [item for item, _ in self._queue]
         self._queue.clear()
         self._idle.clear()
         self._settle(len(never_started))
@@ -91,9 +94,9 @@ class Workers(Generic[Item]):
                 self._idle.append(waiter)
                 await waiter  # until an item comes (or stop())
                 continue
-            item = queue.popleft()
+            item, context = queue.popleft()
             try:
-                await self._handle(item)
+                await self._handle(item, context)
             except Exception:  # a bug in the handler must not take the worker with it
                 log.exception("send task failed")
             finally:
