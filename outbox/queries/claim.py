@@ -138,11 +138,16 @@ present(v) AS (
     -- The priorities that have pending rows in the queue, highest first: one probe of the
     -- priorities' index each, and one more. The relay claims next time with a walk for each
     -- of them (claim_due); a priority it does not know yet goes through the walk "other".
-    SELECT max(ustuvorlik) FROM {outbox}
-    WHERE holat = {pending} AND navbat = %(navbat)s {bot_rows}
+    -- ORDER BY ... LIMIT 1, not max(): the relay's plan is made once, maybe on statistics
+    -- that saw the queue empty, and max() was then planned as an aggregate over every pending
+    -- row (a claim of 128 beside 150,000 pending rows: 28-30 ms, against 5 ms so).
+    (SELECT ustuvorlik FROM {outbox}
+     WHERE holat = {pending} AND navbat = %(navbat)s {bot_rows}
+     ORDER BY ustuvorlik DESC LIMIT 1)
     UNION ALL
-    SELECT (SELECT max(ustuvorlik) FROM {outbox}
-            WHERE holat = {pending} AND navbat = %(navbat)s {bot_rows} AND ustuvorlik < p.v)
+    SELECT (SELECT o.ustuvorlik FROM {outbox} o
+            WHERE o.holat = {pending} AND o.navbat = %(navbat)s {bot_rows} AND o.ustuvorlik < p.v
+            ORDER BY o.ustuvorlik DESC LIMIT 1)
     FROM present p WHERE p.v IS NOT NULL
 ),
 priorities AS (
