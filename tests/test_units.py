@@ -8,7 +8,8 @@ import logging
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
+from types import SimpleNamespace
+from typing import Any, cast
 
 import pytest
 
@@ -23,6 +24,7 @@ from outbox.queries.registry import RelayRecord
 from outbox.ratelimit import RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary
+from outbox.relay.bots import BotLanes, BotsClaimer, LaneState
 from outbox.relay.claimer import Claimer, ClaimPlan
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
@@ -343,3 +345,45 @@ def test_the_relays_table_names_a_few_bots_and_counts_many() -> None:
     assert " 1001,1002 " in lines[1]
     assert " 12 bots (1 rejected) " in lines[2]
     assert " - " in lines[3]
+
+
+class _Lanes:
+    """The bots of a folder as a round of the tokens-dir claimer sees them."""
+
+    def __init__(self, *lanes: SimpleNamespace) -> None:
+        self.wakeup = asyncio.Event()
+        self.all = lanes
+
+    def serving(self) -> list[SimpleNamespace]:
+        return [lane for lane in self.all if lane.state is LaneState.SERVING]
+
+
+def _lane(bot: str, state: LaneState) -> SimpleNamespace:
+    claimer = SimpleNamespace(settle=lambda timing, deferred_until: None, held=False)
+    pool = SimpleNamespace(in_flight=0, deferred_until=0.0)
+    return SimpleNamespace(bot=bot, state=state, claimer=claimer, pool=pool, blocked_until=0.0)
+
+
+def test_a_bot_that_starts_serving_during_a_round_is_looked_at_before_a_drain_ends() -> None:
+    """A drain ended with a bot's rows pending (one CI run in ten on a busy machine): its getMe
+    was answered while the round asked the database about the bots already serving, so the
+    round never looked at it, and no bot was starting any more."""
+    idle_bot, late_bot = _lane("1001", LaneState.SERVING), _lane("1002", LaneState.STARTING)
+    lanes = _Lanes(idle_bot, late_bot)
+    claimer = BotsClaimer(
+        cast(BotLanes, lanes),
+        cast(Store, None),
+        RelayConfig(database_url="postgresql:///unused"),
+        stopping=asyncio.Event(),
+    )
+    asked: list[list[str]] = []
+
+    async def timings(bots: list[str]) -> dict[str, queries.QueueTiming]:
+        asked.append(bots)
+        late_bot.state = LaneState.SERVING  # its getMe answered meanwhile
+        return {}  # the idle bot has nothing pending
+
+    claimer._timings = timings  # type: ignore[method-assign]
+    again, _, _ = asyncio.run(claimer.round())
+    assert asked == [["1001"]]
+    assert again  # the next round, at once, looks at both

@@ -351,6 +351,11 @@ class BotsClaimer:
                 backoff = lane.claimer.skipped()
                 lane.blocked_until = now + backoff
                 wait = min(wait, backoff)
+        # A bot whose getMe was answered while this round asked the database was not looked
+        # at: look again at once, or a drain would end (and a relay wait) before its rows.
+        looked = {id(lane) for lane in serving}
+        if any(id(lane) not in looked for lane in self.lanes.serving()):
+            again = True
         return again, wait, idle
 
     async def _timings(self, bots: list[str]) -> dict[str, queries.QueueTiming] | None:
