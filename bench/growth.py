@@ -70,7 +70,7 @@ async def _claim_times(urls: list[str], rounds: int) -> list[list[float]]:
     """Seconds per claim round trip, per database, alternating between them."""
     conns = [await async_connect(url) for url in urls]
     for conn in conns:
-        await queries.prefer_generic_plans(conn)  # as the relay's claim connection does
+
     times: list[list[float]] = [[] for _ in urls]
     try:
         for _ in range(rounds):

@@ -70,7 +70,6 @@ class Claimer:
         self._flood = flood or FloodControl(schema=config.schema)
         self._claim_limits = fleet_limits(config.rate_limits, config.slot_horizon)
         self._bot_known = False  # the bot's state row exists
-        self._planned_on: object = None  # the claim connection told to keep its plans
         self._held = False  # due rows wait for their chat, the bot's budget or a pause
         self._next_queue = 0
         self._total = total
@@ -174,9 +173,6 @@ class Claimer:
         schema, bot = self._config.schema, self._flood.bot
 
         async def claim(conn: queries.AsyncConn) -> list[queries.ClaimedRow]:
-            if conn is not self._planned_on and not self._config.poll_only:
-                await queries.prefer_generic_plans(conn)
-                self._planned_on = conn
             if not self._bot_known:
                 await queries.ensure_bot(conn, bot, schema=schema)
                 self._bot_known = True

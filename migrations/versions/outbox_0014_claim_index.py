@@ -1,0 +1,59 @@
+"""One index for the claim's walk, whichever rows a lane takes.
+
+Revision ID: outbox_0014
+Revises: outbox_0013
+Create Date: 2026-12-02
+
+The claim (``outbox/sql/claim.sql``) walks the pending rows of a lane priority by priority,
+each in due order. A lane takes the rows that name its bot and, for a relay with one token,
+those that name none. Before, those were two indexes (``outbox_ustuvorlik_idx`` on
+(navbat, ustuvorlik, keyingi_urinish, id) for every pending row, ``outbox_bot_ustuvorlik_idx``
+with ``bot`` in front for the rows naming one). ``outbox_claim_idx`` keys both on
+``coalesce(bot, '')``: one index walk per (bot, priority), and one index fewer for every write.
+
+Locks: building the index reads the table once while writers wait (SHARE lock); the drops are
+instant. Measured on an outbox of 1,000,000 rows (990,000 done, 10,000 pending): see
+docs/decisions.md. Building ``outbox_claim_idx`` beforehand with ``CREATE INDEX CONCURRENTLY``
+under the same definition leaves the revision only the drops (IF NOT EXISTS).
+
+A relay of the previous release keeps working against this schema (its statements name no
+index); its claim walks the remaining indexes and is slower until it is upgraded.
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+from outbox.migrate import revision_comment, target_schema
+
+revision = "outbox_0014"
+down_revision = "outbox_0013"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    s = f'"{target_schema()}"'
+    op.execute(
+        f"CREATE INDEX IF NOT EXISTS outbox_claim_idx ON {s}.outbox "
+        "((coalesce(bot, '')), navbat, ustuvorlik, keyingi_urinish, id) "
+        "WHERE holat = 'kutmoqda'"
+    )
+    op.execute(f"DROP INDEX IF EXISTS {s}.outbox_ustuvorlik_idx")
+    op.execute(f"DROP INDEX IF EXISTS {s}.outbox_bot_ustuvorlik_idx")
+    op.execute(revision_comment(revision))
+
+
+def downgrade() -> None:
+    s = f'"{target_schema()}"'
+    op.execute(
+        f"CREATE INDEX outbox_ustuvorlik_idx ON {s}.outbox "
+        "(navbat, ustuvorlik, keyingi_urinish, id) WHERE holat = 'kutmoqda'"
+    )
+    op.execute(
+        f"CREATE INDEX outbox_bot_ustuvorlik_idx ON {s}.outbox "
+        "(bot, navbat, ustuvorlik, keyingi_urinish, id) "
+        "WHERE holat = 'kutmoqda' AND bot IS NOT NULL"
+    )
+    op.execute(f"DROP INDEX {s}.outbox_claim_idx")
+    op.execute(revision_comment(down_revision))

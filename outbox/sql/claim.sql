@@ -1,0 +1,220 @@
+-- The claim, in two statements run in one transaction by outbox/queries/claim.py.
+--
+-- claim_rows locks the bot's budget row (every relay of the bot claims in turn) and the due
+-- rows it may take, and returns them with what the slot arithmetic needs; Python then orders
+-- them, gives each its send slot and keeps one message per chat (plan_claim); claim_take
+-- books those slots and chats and marks the rows claimed. Rows locked by claim_rows but not
+-- taken are let go at commit.
+--
+-- Parameters: :bot (the bot's id, the key of bot_holati), :unnamed (the lane also takes rows
+-- that name no bot), :queue, :holder (this process), :limit (rows asked for), :reserve (rows
+-- the starvation bound may add), :rate (the bot's messages a second, 0: no limit), :horizon
+-- (seconds of slots a claim may book ahead), :lookahead and :plan_rows (the windows' plan),
+-- :chat_on (chat spacing on).
+
+-- name: claim_rows
+WITH RECURSIVE
+budget AS (
+    -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
+    SELECT greatest(clock_timestamp(), keyingi_slot) AS base, clock_timestamp() AS t0,
+           pauza_tugashi > now()
+           OR EXISTS (SELECT 1 FROM pauza
+                      WHERE (doira = 'navbat' AND qiymat = :queue)
+                         OR (doira = 'bot' AND qiymat = :bot)) AS paused
+    FROM bot_holati WHERE bot = :bot
+    FOR UPDATE
+),
+room AS (
+    -- How many rows may be claimed: none while paused; with a rate, the slots free within
+    -- the horizon (what a relay that dies can hold back).
+    SELECT CASE WHEN coalesce((SELECT paused FROM budget), false) THEN 0
+                WHEN :rate <= 0 THEN :limit
+                ELSE least(:limit, greatest(0, 1 + floor((:horizon
+                     - extract(epoch FROM (SELECT base - t0 FROM budget))) * :rate)::int))
+           END AS n,
+           -- A kind or a batch is paused somewhere: only then is each row asked.
+           EXISTS (SELECT 1 FROM pauza WHERE doira IN ('tur', 'partiya')) AS some_paused
+),
+keys(k) AS (
+    -- The lane's rows: those naming its bot, and those naming none if it takes them.
+    SELECT :bot::text UNION ALL SELECT '' WHERE :unnamed
+),
+plan AS (
+    -- Delivery windows: with the windowed rows in deadline order, the k-th must start by
+    -- deadline_k - k / rate. Rows up to the last one past that moment may go early.
+    SELECT greatest(now(), max(d) FILTER (
+               WHERE d - make_interval(secs => k / :rate) <= now())) AS until
+    FROM (SELECT o.keyingi_urinish AS d,
+                 row_number() OVER (ORDER BY o.keyingi_urinish, o.id) AS k
+          FROM outbox o
+          WHERE o.holat = 'kutmoqda' AND o.navbat = :queue AND o.eng_erta IS NOT NULL
+            AND (o.bot = :bot OR (o.bot IS NULL AND :unnamed))
+            AND o.keyingi_urinish > now()
+            AND o.keyingi_urinish <= now() + make_interval(secs => :lookahead)
+          ORDER BY o.keyingi_urinish, o.id
+          LIMIT :plan_rows) w
+    WHERE :rate > 0
+),
+clear AS (
+    -- A due suspect of this lane, or one this process holds, goes alone (claim_alone).
+    SELECT NOT EXISTS (SELECT 1 FROM outbox s
+                       WHERE s.yakka
+                         AND ((s.holat = 'kutmoqda' AND s.keyingi_urinish <= now()
+                               AND s.navbat = :queue
+                               AND (s.bot = :bot OR (s.bot IS NULL AND :unnamed)))
+                              OR (s.holat = 'bajarilmoqda' AND s.egasi = :holder))) AS ok
+),
+alone AS (
+    SELECT o.id, o.ustuvorlik, o.keyingi_urinish
+    FROM outbox o
+    WHERE o.yakka AND o.holat = 'kutmoqda' AND o.keyingi_urinish <= now()
+      AND o.navbat = :queue AND (o.bot = :bot OR (o.bot IS NULL AND :unnamed))
+      AND NOT (SELECT ok FROM clear)
+      AND NOT EXISTS (SELECT 1 FROM outbox WHERE egasi = :holder AND holat = 'bajarilmoqda')
+    ORDER BY o.keyingi_urinish, o.id
+    LIMIT 1
+    FOR UPDATE SKIP LOCKED
+),
+present(k, v) AS (
+    -- The priorities with pending rows, highest first: one probe of outbox_claim_idx each.
+    SELECT k, (SELECT o.ustuvorlik FROM outbox o
+               WHERE coalesce(o.bot, '') = keys.k AND o.navbat = :queue
+                 AND o.holat = 'kutmoqda'
+               ORDER BY o.ustuvorlik DESC LIMIT 1)
+    FROM keys
+    UNION ALL
+    SELECT k, (SELECT o.ustuvorlik FROM outbox o
+               WHERE coalesce(o.bot, '') = p.k AND o.navbat = :queue
+                 AND o.holat = 'kutmoqda' AND o.ustuvorlik < p.v
+               ORDER BY o.ustuvorlik DESC LIMIT 1)
+    FROM present p WHERE p.v IS NOT NULL
+),
+walk AS (
+    -- Priority first, then due time, then id: one walk of the index for each priority
+    -- present, highest first, read only as far as the room (a LIMIT stops the walks).
+    SELECT c.* FROM (SELECT DISTINCT v FROM present WHERE v IS NOT NULL ORDER BY v DESC) p
+    CROSS JOIN LATERAL (
+        SELECT r.* FROM keys CROSS JOIN LATERAL (
+            SELECT o.id, o.ustuvorlik, o.keyingi_urinish
+            FROM outbox o
+            WHERE coalesce(o.bot, '') = keys.k AND o.navbat = :queue
+              AND o.holat = 'kutmoqda' AND o.ustuvorlik = p.v
+              AND o.keyingi_urinish <= (SELECT until FROM plan)
+              AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
+              AND NOT o.yakka AND (SELECT ok FROM clear)
+              AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
+                       SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                                OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
+              -- A follow-up waits while its original is still to be sent.
+              AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
+                       SELECT 1 FROM outbox m WHERE m.kalit = o.payload ->> 'message_key'
+                                                AND m.holat IN ('kutmoqda', 'bajarilmoqda')))
+              -- A chat that may not receive yet never fills a claim (head-of-line blocking).
+              AND (NOT :chat_on OR coalesce(
+                       (SELECT cn.keyingi FROM chat_navbati cn
+                        WHERE cn.bot = :bot
+                          AND cn.chat = coalesce(o.payload ->> 'chat_id', (
+                                  SELECT y.chat_id::text FROM yuborilgan y
+                                  WHERE y.kalit = o.payload ->> 'message_key'))),
+                       '-infinity') <= now())
+            ORDER BY o.keyingi_urinish, o.id
+            LIMIT :limit
+            FOR UPDATE OF o SKIP LOCKED
+        ) r
+        ORDER BY r.keyingi_urinish, r.id
+        LIMIT :limit
+    ) c
+    LIMIT (SELECT n FROM room)
+),
+oldest AS (
+    -- The starvation bound: when the claim is full and a lower priority waits, the oldest
+    -- claimable rows of the priorities it reached compete for the reserved slots.
+    SELECT c.* FROM (SELECT DISTINCT v FROM present WHERE v IS NOT NULL) p
+    CROSS JOIN keys
+    CROSS JOIN LATERAL (
+        SELECT o.id, o.ustuvorlik, o.keyingi_urinish
+        FROM outbox o
+        WHERE coalesce(o.bot, '') = keys.k AND o.navbat = :queue
+          AND o.holat = 'kutmoqda' AND o.ustuvorlik = p.v
+          AND o.keyingi_urinish <= (SELECT until FROM plan)
+          AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
+          AND NOT o.yakka AND (SELECT ok FROM clear)
+          AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
+                   SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                            OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
+          -- A follow-up waits while its original is still to be sent.
+          AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
+                   SELECT 1 FROM outbox m WHERE m.kalit = o.payload ->> 'message_key'
+                                            AND m.holat IN ('kutmoqda', 'bajarilmoqda')))
+          -- A chat that may not receive yet never fills a claim (head-of-line blocking).
+          AND (NOT :chat_on OR coalesce(
+                   (SELECT cn.keyingi FROM chat_navbati cn
+                    WHERE cn.bot = :bot
+                      AND cn.chat = coalesce(o.payload ->> 'chat_id', (
+                              SELECT y.chat_id::text FROM yuborilgan y
+                              WHERE y.kalit = o.payload ->> 'message_key'))),
+                   '-infinity') <= now())
+        ORDER BY o.keyingi_urinish, o.id
+        LIMIT :reserve
+        FOR UPDATE OF o SKIP LOCKED
+    ) c
+    WHERE p.v <= (SELECT min(ustuvorlik) FROM walk)
+      AND (SELECT count(*) FROM walk) >= (SELECT n FROM room)
+      AND EXISTS (SELECT 1 FROM present WHERE v < (SELECT min(ustuvorlik) FROM walk))
+    ORDER BY c.keyingi_urinish, c.id
+    LIMIT :reserve
+)
+SELECT room.n AS room, (SELECT base FROM budget) AS base, f.part, o.id, o.ustuvorlik,
+       o.keyingi_urinish, o.eskirish <= now() AS expired,
+       coalesce(o.payload ->> 'chat_id', (SELECT y.chat_id::text FROM yuborilgan y
+                                          WHERE y.kalit = o.payload ->> 'message_key')) AS chat,
+       -- An album counts as its items (Telegram counts each); anything else as one.
+       CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
+                 AND lower(o.payload ->> 'method') = 'sendmediagroup'
+            THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10)
+            ELSE 1 END AS weight
+FROM room
+LEFT JOIN (SELECT 'alone' AS part, id FROM alone
+           UNION ALL SELECT 'walk', id FROM walk
+           UNION ALL SELECT 'oldest', id FROM oldest WHERE id NOT IN (SELECT id FROM walk)) f ON true
+LEFT JOIN outbox o ON o.id = f.id
+
+-- name: claim_take
+WITH chosen AS (
+    SELECT * FROM unnest(:ids::bigint[], :chats::text[], :send_at::timestamptz[],
+                         :chat_free::timestamptz[]) AS c(id, chat, send_at, chat_free)
+),
+chats AS (
+    -- Each chat's next free moment, booked only if the chat is free by this row's slot
+    -- (checked against the newest version of the chat's row: another relay's claim counts).
+    INSERT INTO chat_navbati AS c (bot, chat, keyingi)
+    SELECT :bot, chat, chat_free FROM chosen WHERE chat_free IS NOT NULL
+    ON CONFLICT (bot, chat) DO UPDATE SET keyingi = excluded.keyingi
+    WHERE c.keyingi <= (SELECT h.send_at FROM chosen h
+                        WHERE h.chat = excluded.chat AND h.chat_free IS NOT NULL)
+    RETURNING chat
+),
+taken AS (
+    SELECT * FROM chosen WHERE chat_free IS NULL OR chat IN (SELECT chat FROM chats)
+),
+bump AS (
+    UPDATE bot_holati SET keyingi_slot = :next_slot
+    WHERE bot = :bot AND :next_slot::timestamptz IS NOT NULL
+)
+UPDATE outbox o
+SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
+    egasi = :holder, yangilangan = now()
+FROM taken t
+WHERE o.id = t.id
+RETURNING o.id, o.tur, o.kalit, o.payload::text, o.urinish, o.band_vaqti, o.navbat,
+          -- A scalar subquery, not EXISTS: always one probe of the marker's key.
+          (SELECT true FROM yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL,
+          extract(epoch FROM t.send_at - clock_timestamp())::float8,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT json_build_array(y.chat_id, y.message_id, y.message_ids)::text
+               FROM yuborilgan y WHERE y.kalit = o.payload ->> 'message_key') END,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT m.holat || coalesce(':' || m.xato_turi, '') FROM outbox m
+               WHERE m.kalit = o.payload ->> 'message_key') END,
+          CASE WHEN isfinite(o.eskirish)
+               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END
