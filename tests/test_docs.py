@@ -260,7 +260,7 @@ def named_paths(text: str) -> list[str]:
     paths = []
     for span in _CODE_SPAN.findall(_FENCE.sub("", text)):
         candidate = span.strip().split("#", 1)[0].rstrip(".,;:")
-        if " " in candidate or "*" in candidate:
+        if " " in candidate or "*" in candidate or "..." in candidate:  # a pattern, not a path
             continue
         if candidate in _TOP_FILES or candidate.startswith(_TOP_LEVEL):
             paths += _expand(candidate)
