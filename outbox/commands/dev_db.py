@@ -13,6 +13,7 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 import sys
 import threading
 import warnings
@@ -84,7 +85,7 @@ def _cmd_dev_db(args: argparse.Namespace) -> int:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             server = pgserver.get_server(pgdata, cleanup_mode="stop")
-    except (OSError, RuntimeError) as err:  # pg_ctl's failure, an unwritable folder
+    except (OSError, RuntimeError, subprocess.SubprocessError) as err:  # pg_ctl, the folder
         raise OutboxError(f"cannot start the development server in {pgdata}: {err}") from None
     url = server.get_uri()
     print(f"export OUTBOX_DATABASE_URL={shlex.quote(url)}", flush=True)
