@@ -1,0 +1,171 @@
+"""Named SQL: every statement the outbox sends lives in a ``.sql`` file of this folder.
+
+A file holds blocks that start with a ``-- name: <query>`` line. The text is plain PostgreSQL a
+person can paste into psql: the outbox's tables unqualified, the states as their literals
+(``'kutmoqda'``), parameters as psql variables (``:limit``, set with ``\\set limit 128``).
+
+At load time a statement is made ready for the schema the host chose, once per schema:
+
+* the outbox's tables are qualified (``outbox`` becomes ``"tenant".outbox``);
+* comments are stripped, so what goes over the wire is the statement alone;
+* for psycopg (:func:`sql`), ``:name`` becomes ``%(name)s`` and a literal ``%`` is doubled;
+  SQLAlchemy's ``text()`` (:func:`sa_sql`, for the app's own session in ``enqueue``) takes
+  ``:name`` as it is.
+
+The executor (:func:`fetch`, :func:`fetch_one`, :func:`execute` and their ``_sync`` twins) runs
+a named query on a psycopg connection: the relay's, the CLI's and the web page's alike.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from importlib import resources
+from typing import Any
+
+import psycopg
+import sqlalchemy as sa
+
+__all__ = [
+    "TABLES",
+    "execute",
+    "execute_sync",
+    "fetch",
+    "fetch_one",
+    "fetch_one_sync",
+    "fetch_sync",
+    "query_names",
+    "sa_sql",
+    "source",
+    "sql",
+]
+
+# The outbox's own tables, qualified with the schema wherever a statement names them.
+TABLES = ("outbox", "yuborilgan", "bot_holati", "chat_navbati", "relaylar", "pauza")
+
+_NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
+# One lexical token of interest: a string literal, a quoted identifier, a comment, a ::cast,
+# a :parameter, a bare word, a literal percent sign. Everything else passes through.
+_TOKEN = re.compile(
+    r"""(?P<string>'(?:[^']|'')*')
+      | (?P<ident>"(?:[^"]|"")*")
+      | (?P<comment>--[^\n]*)
+      | (?P<cast>::)
+      | :(?P<param>[A-Za-z_]\w*)
+      | (?P<word>(?<![\w.$])[A-Za-z_]\w*)
+      | (?P<percent>%)""",
+    re.VERBOSE,
+)
+
+
+@functools.cache
+def _queries() -> dict[str, str]:
+    """Every named query of the folder's .sql files, as written."""
+    found: dict[str, str] = {}
+    for entry in sorted(resources.files(__name__).iterdir(), key=lambda e: e.name):
+        if not entry.name.endswith(".sql"):
+            continue
+        parts = _NAME_LINE.split(entry.read_text(encoding="utf-8"))
+        for name, body in zip(parts[1::2], parts[2::2], strict=True):
+            if name in found:
+                raise RuntimeError(f"query {name!r} is named twice in outbox/sql")
+            found[name] = body.strip()
+    return found
+
+
+def query_names() -> list[str]:
+    """The names of every query, sorted."""
+    return sorted(_queries())
+
+
+def source(name: str) -> str:
+    """The query as written in its file (comments and all)."""
+    try:
+        return _queries()[name]
+    except KeyError:
+        raise KeyError(f"no query named {name!r} in outbox/sql") from None
+
+
+def _prepare(name: str, schema: str, *, psycopg_style: bool) -> str:
+    qualified = f'"{schema}".'
+
+    def token(match: re.Match[str]) -> str:
+        kind = match.lastgroup
+        text = match.group(0)
+        if kind == "comment":
+            return ""
+        if kind == "param":
+            return f"%({match.group('param')})s" if psycopg_style else text
+        if kind in ("percent", "string") and psycopg_style:
+            return text.replace("%", "%%")
+        if kind == "word" and text in TABLES:
+            return qualified + text
+        return text
+
+    text = _TOKEN.sub(token, source(name))
+    # Blank lines and trailing spaces left by the comments: gone, indentation kept.
+    return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
+
+
+@functools.cache
+def sql(name: str, schema: str) -> str:
+    """The named query for psycopg (``%(name)s`` placeholders), its tables in ``schema``."""
+    return _prepare(name, schema, psycopg_style=True)
+
+
+@functools.cache
+def sa_sql(name: str, schema: str) -> sa.TextClause:
+    """The named query as SQLAlchemy ``text()`` (``:name`` placeholders), for the app's session."""
+    return sa.text(_prepare(name, schema, psycopg_style=False))
+
+
+# --- the executor -------------------------------------------------------------------------------
+
+AsyncConn = psycopg.AsyncConnection[Any]
+SyncConn = psycopg.Connection[Any]
+
+
+async def fetch(
+    conn: AsyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """Every row the named query returns."""
+    cursor = await conn.execute(sql(name, schema), dict(params or {}))
+    return await cursor.fetchall()
+
+
+async def fetch_one(
+    conn: AsyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> tuple[Any, ...] | None:
+    """The first row the named query returns, or None."""
+    cursor = await conn.execute(sql(name, schema), dict(params or {}))
+    return await cursor.fetchone()
+
+
+async def execute(
+    conn: AsyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> int:
+    """Run the named query; the number of rows it touched."""
+    cursor = await conn.execute(sql(name, schema), dict(params or {}))
+    return cursor.rowcount
+
+
+def fetch_sync(
+    conn: SyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> list[tuple[Any, ...]]:
+    """``fetch`` on a synchronous psycopg connection."""
+    return conn.execute(sql(name, schema), dict(params or {})).fetchall()
+
+
+def fetch_one_sync(
+    conn: SyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> tuple[Any, ...] | None:
+    """``fetch_one`` on a synchronous psycopg connection."""
+    return conn.execute(sql(name, schema), dict(params or {})).fetchone()
+
+
+def execute_sync(
+    conn: SyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> int:
+    """``execute`` on a synchronous psycopg connection."""
+    return conn.execute(sql(name, schema), dict(params or {})).rowcount
