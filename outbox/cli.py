@@ -14,7 +14,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from outbox.commands import fake_telegram, fleet, maintenance, operator, pause, relay, web
+from outbox.commands import dev_db, fake_telegram, fleet, maintenance, operator, pause, relay, web
 from outbox.commands.options import (
     Commands,
     Handler,
@@ -50,6 +50,7 @@ def build_parser() -> argparse.ArgumentParser:
     maintenance.register(commands)
     web.register(commands)
     fake_telegram.register(commands)
+    dev_db.register(commands)
     return parser
 
 

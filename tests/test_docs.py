@@ -214,3 +214,93 @@ def test_the_glossary_has_every_word_of_the_tables() -> None:
     words = {n.column for n in OUTBOX + HISTORY} | {str(s) for s in State} | tables
     missing = sorted(w for w in words - {"id", "payload"} if f"`{w}`" not in glossary)
     assert not missing, f"not in the README's glossary: {missing}"
+
+
+# A repository path a page names in backticks: `outbox/relay/claimer.py`, `deploy/secrets/`,
+# `docs/cli.md`. Only paths under these top-level entries are checked (a path such as
+# `/etc/outbox` or `.outbox/dev-db` is the reader's machine, not the repository).
+_TOP_LEVEL = (
+    "outbox/",
+    "outbox_testing/",
+    "reminders/",
+    "migrations/",
+    "deploy/",
+    "docs/",
+    "tests/",
+    "bench/",
+    "examples/",
+    ".ci/",
+)
+_TOP_FILES = frozenset(
+    {"README.md", "CHANGELOG.md", "Makefile", "pyproject.toml", ".gitignore", ".dockerignore"}
+)
+# Named on purpose though not in a checkout: written by a command, or the claim's statement,
+# whose file comes with the claim's rebuild.
+NOT_IN_THE_TREE = frozenset(
+    {
+        "bench/results/",  # python -m bench writes its JSON there (gitignored)
+        "outbox/sql/claim.sql",
+    }
+)
+_CODE_SPAN = re.compile(r"`([^`\n]+)`")
+_BRACES = re.compile(r"\{([^{}]*)\}")
+
+
+def _expand(path: str) -> list[str]:
+    """``a.{service,timer}`` -> ``a.service``, ``a.timer``."""
+    found = _BRACES.search(path)
+    if found is None:
+        return [path]
+    head, tail = path[: found.start()], path[found.end() :]
+    return [p for part in found[1].split(",") for p in _expand(head + part + tail)]
+
+
+def named_paths(text: str) -> list[str]:
+    """The repository paths named in a page's inline code (code blocks are commands)."""
+    paths = []
+    for span in _CODE_SPAN.findall(_FENCE.sub("", text)):
+        candidate = span.strip().split("#", 1)[0].rstrip(".,;:")
+        if " " in candidate or "*" in candidate or "..." in candidate:  # a pattern, not a path
+            continue
+        if candidate in _TOP_FILES or candidate.startswith(_TOP_LEVEL):
+            paths += _expand(candidate)
+    return paths
+
+
+def missing_paths(page: Path) -> list[str]:
+    text = page.read_text(encoding="utf-8")
+    return [
+        f"{page.relative_to(ROOT)}: `{path}` does not exist"
+        for path in named_paths(text)
+        if path not in NOT_IN_THE_TREE and not (ROOT / path).exists()
+    ]
+
+
+def test_every_path_a_page_names_exists() -> None:
+    problems = [p for page in PAGES for p in missing_paths(page)]
+    assert not problems, "\n".join(problems)
+
+
+def test_a_missing_path_is_caught() -> None:
+    text = (
+        "See `outbox/relay/claimer.py`, `deploy/systemd/outbox-relay-health.{service,timer}`,"
+        " `outbox/nowhere.py`, `docs/gone.md#a-heading`, `outbox relay` and `/etc/outbox`.\n"
+        "```text\noutbox/in_a_block.py\n```\n"
+    )
+    assert named_paths(text) == [
+        "outbox/relay/claimer.py",
+        "deploy/systemd/outbox-relay-health.service",
+        "deploy/systemd/outbox-relay-health.timer",
+        "outbox/nowhere.py",
+        "docs/gone.md",
+    ]
+    assert [p for p in named_paths(text) if not (ROOT / p).exists()] == [
+        "outbox/nowhere.py",
+        "docs/gone.md",
+    ]
+
+
+def test_the_paths_not_in_the_tree_are_still_named() -> None:
+    # An entry here that no page names any more is one to drop.
+    named = {path for page in PAGES for path in named_paths(page.read_text(encoding="utf-8"))}
+    assert named >= NOT_IN_THE_TREE, sorted(NOT_IN_THE_TREE - named)

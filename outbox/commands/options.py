@@ -256,7 +256,8 @@ def _shown_default(default: Any, convert: Converter[Any]) -> str | None:
     if default is None or default is argparse.SUPPRESS or isinstance(default, bool):
         return None
     if isinstance(convert, _Duration) and isinstance(default, int | float):
-        return format_duration(default)
+        # format_duration rounds to whole seconds: 0.3 would read "0s", which is refused.
+        return format_duration(default) if default == round(default) else f"{default:g}s"
     if isinstance(default, float):
         return f"{default:g}"
     if isinstance(default, list | tuple):
