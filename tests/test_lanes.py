@@ -22,7 +22,7 @@ from outbox.queries import (
     record_outcomes,
 )
 from outbox.queries.claim import RESERVED_SHARE
-from outbox.states import State
+from outbox.states import FailureCode, State
 from tests.support import text
 
 SCHEMA = "public"
@@ -181,7 +181,10 @@ def test_an_expired_row_is_failed_never_sent_and_can_be_replayed(
     # The relay was down past the expiry.
     add(engine, "stale", 1, run_at=ago(engine, 60), expires_at=ago(engine, 1))
     add(engine, "fresh", 2, run_at=ago(engine, 30), expires_at=ago(engine, -3600))
-    assert claim(db_url, 10) == ["fresh"]
+    # The claim hands the stale row over expired; the relay fails it without sending (as
+    # hand_expired does here, the send pool's outcome).
+    assert sorted(claim(db_url, 10)) == ["fresh", "stale"]
+    hand_expired(db_url, "stale")
     stale = row(engine, "stale")
     assert stale["holat"] == State.FAILED and stale["xato_turi"] == "expired"
     assert "expired" in str(stale["oxirgi_xato"])
@@ -189,6 +192,24 @@ def test_an_expired_row_is_failed_never_sent_and_can_be_replayed(
         [result] = replay(conn, [int(str(stale["id"]))])
     assert result.replayed
     assert claim(db_url, 10) == ["stale"]
+
+
+def hand_expired(db_url: str, key: str) -> None:
+    """Write 'expired before it could be sent' for a claimed row, as the send pool does."""
+
+    async def run() -> None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            cursor = await conn.execute(
+                "SELECT id, urinish, band_vaqti FROM outbox WHERE kalit = %s", (key,)
+            )
+            (i, n, at) = await cursor.fetchone() or ()
+            expired = Outcome(
+                i, n, State.FAILED, error="expired before it could be sent",
+                error_code=FailureCode.EXPIRED, claimed_at=at,
+            )  # fmt: skip
+            assert await record_outcomes(conn, [expired], schema=SCHEMA) == 1
+
+    asyncio.run(run())
 
 
 def test_rows_written_by_hand_with_odd_lanes_cannot_stop_the_claim(

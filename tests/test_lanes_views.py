@@ -16,8 +16,8 @@ import pytest
 import sqlalchemy as sa
 
 from outbox import enqueue, presentation, queries
-from outbox.queries import ClaimLimits, claim_due, ensure_bot
-from outbox.states import State
+from outbox.queries import ClaimLimits, Outcome, claim_due, ensure_bot, record_outcomes
+from outbox.states import FailureCode, State
 from tests.support import run_cli, text
 from tests.webapp import LocalPage, local_page
 
@@ -51,9 +51,10 @@ def add(engine: sa.Engine, key: str, chat: int, **lane: object) -> None:
 
 
 def expire_by_the_claim(engine: sa.Engine, db_url: str, key: str) -> None:
-    """Make ``key``'s expiry pass while it waits, then claim as a relay does: the claim fails
-    it (xato, xato_turi expired), as after a relay was down past its eskirish. (Any other
-    due row of the default queue would be claimed too: call it first.)"""
+    """Make ``key``'s expiry pass while it waits, then claim and write its outcome as a relay
+    does: the claim hands it over expired, the relay fails it (xato, xato_turi expired) without
+    sending, as after a relay was down past its eskirish. (Any other due row of the default
+    queue would be claimed too: call it first.)"""
     with engine.begin() as conn:
         conn.execute(
             sa.text(
@@ -66,7 +67,12 @@ def expire_by_the_claim(engine: sa.Engine, db_url: str, key: str) -> None:
     async def run() -> None:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
             await ensure_bot(conn, "default", schema="public")
-            assert await claim_due(conn, 10, schema="public", limits=ClaimLimits()) == []
+            [claimed] = await claim_due(conn, 10, schema="public", limits=ClaimLimits())
+            assert claimed.expires_in is not None and claimed.expires_in <= 0
+            expired = Outcome.for_row(
+                claimed, State.FAILED, error="expired", error_code=FailureCode.EXPIRED
+            )
+            assert await record_outcomes(conn, [expired], schema="public") == 1
 
     asyncio.run(run())
     with engine.connect() as conn:

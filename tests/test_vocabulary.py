@@ -8,7 +8,7 @@ import re
 
 import sqlalchemy as sa
 
-from outbox import api, presentation, queries, vocabulary
+from outbox import api, presentation, queries, sql, vocabulary
 from outbox.db import async_connect
 from outbox.queries import operator
 from outbox.queries._common import _sql
@@ -71,8 +71,8 @@ def test_the_claim_returns_its_rows_by_name(db_url: str, engine: sa.Engine) -> N
     with engine.begin() as conn:
         api.enqueue(conn, key="k1", payload={"chat_id": 7, "text": "hi"}, kind="t")
     # The claim's RETURNING list names every field of ClaimedRow.
-    returning = queries.claim._CLAIM_DUE.rsplit("RETURNING", 1)[1]
-    assert set(re.findall(r"AS (\w+)", returning)) == set(queries.ClaimedRow._fields)
+    returning = sql.source("claim_take").rsplit("RETURNING", 1)[1]
+    assert re.findall(r"AS (\w+)(?:,|$)", returning, re.MULTILINE) == list(queries.ClaimedRow._fields)
 
     async def claim() -> list[queries.ClaimedRow]:
         conn = await async_connect(db_url)
@@ -126,50 +126,14 @@ def test_the_statements_write_tarix_entries_with_the_tables_keys() -> None:
     assert written <= keys, written - keys
 
 
-class _Column:
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-
-class _Cursor:
-    def __init__(self, names: list[str]) -> None:
-        self.description = [_Column(name) for name in names]
-
-
-def test_a_claimed_row_is_read_by_name_whatever_the_returning_lists_order() -> None:
-    values = {
-        "id": 5,
-        "kind": "eslatma",
-        "key": "k5",
-        "payload": '{"chat_id": 1, "text": "x"}',
-        "attempts": 2,
-        "already_sent": True,
-        "claimed_at": None,
-        "wait": 0.25,
-        "queue": "shop",
-        "original": "[42, 7, null]",
-        "original_state": None,
-        "expires_in": 3.5,
-        "priorities": "{5,0}",
-        "extra": "a column added to the list",
-    }
-    expected = queries.ClaimedRow(
-        id=5,
-        kind="eslatma",
-        key="k5",
-        payload={"chat_id": 1, "text": "x"},
-        attempts=2,
-        already_sent=True,
-        claimed_at=None,  # type: ignore[arg-type]
-        wait=0.25,
-        queue="shop",
-        original=[42, 7, None],  # a follow-up's original: its marker, decoded
-        expires_in=3.5,
-        priorities="{5,0}",
-    )
-    for names in (list(values), list(reversed(values))):
-        make = queries.claim._claimed_rows(_Cursor(names))  # type: ignore[arg-type]
-        assert make([values[name] for name in names]) == expected
+def test_the_named_queries_spell_only_the_four_states() -> None:
+    # The .sql files write states as literals (a person pastes them into psql): every literal
+    # a state column is compared with or set to is one of the four.
+    states = {str(state) for state in State}
+    for name in sql.query_names():
+        text = sql.source(name)
+        for clause in re.findall(r"holat\s*(?:=|<>|IN\s*\()\s*((?:'\w+'(?:,\s*)?)+)", text):
+            assert set(re.findall(r"'(\w+)'", clause)) <= states, (name, clause)
 
 
 def test_the_labels_are_the_documented_json_fields_and_lines() -> None:

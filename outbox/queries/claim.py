@@ -19,7 +19,7 @@ import os
 import secrets
 import socket
 from collections.abc import Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any, NamedTuple
 
 from outbox import sql
@@ -72,8 +72,8 @@ class Candidate(NamedTuple):
     id: int
     part: str  # 'alone' (a suspect), 'walk' (priority order) or 'oldest' (starvation bound)
     priority: int
-    due: datetime
-    expired: bool
+    due: float  # seconds since the epoch (a row written by hand may hold an infinity)
+    expired: bool | None
     chat: str | None
     weight: int  # the messages it counts as: an album's items
 
@@ -83,13 +83,13 @@ class Booking(NamedTuple):
 
     id: int
     chat: str | None
-    send_at: datetime
-    chat_free: datetime | None
+    send_at: float  # seconds since the epoch
+    chat_free: float | None
 
 
 class ClaimPlan(NamedTuple):
     bookings: list[Booking]
-    next_slot: datetime | None  # the bot's next free slot after this claim (None: no rate)
+    next_slot: float | None  # the bot's next free slot after this claim (None: no rate)
 
 
 def _is_private(chat: str) -> bool:
@@ -101,7 +101,7 @@ def plan_claim(
     candidates: Sequence[Candidate],
     *,
     room: int,
-    base: datetime,
+    base: float,
     limits: ClaimLimits,
 ) -> ClaimPlan:
     """Which candidates to take, in order, and the slot of each: a pure function.
@@ -114,8 +114,8 @@ def plan_claim(
     rate = limits.per_bot
     share = RESERVED_SHARE
     first_reserved = (
-        (share - 1 - math.floor(base.timestamp() * rate + 0.5) % share) % share
-        if rate > 0
+        (share - 1 - math.floor(base * rate + 0.5) % share) % share
+        if rate > 0 and math.isfinite(base)
         else share - 1
     )
     walk = sorted(
@@ -141,14 +141,14 @@ def plan_claim(
             chats.add(c.chat)
         if slot >= room:
             continue
-        send_at = base + timedelta(seconds=slot / rate) if rate > 0 else base
+        send_at = base + slot / rate if rate > 0 else base
         chat_free = None
         if chat_on and c.chat is not None:
             gap = limits.chat_gap if _is_private(c.chat) else limits.group_gap
-            chat_free = send_at + timedelta(seconds=c.weight * gap)
+            chat_free = send_at + c.weight * gap
         bookings.append(Booking(c.id, c.chat, send_at, chat_free))
         slot += c.weight
-    next_slot = base + timedelta(seconds=slot / rate) if rate > 0 and slot else None
+    next_slot = base + slot / rate if rate > 0 and slot else None
     return ClaimPlan(bookings, next_slot)
 
 
@@ -200,7 +200,7 @@ async def claim_due(
             },
         )
         room, base = found[0][0], found[0][1]
-        candidates = [Candidate(*r[3:5], r[2], *r[5:]) for r in found if r[3] is not None]
+        candidates = [Candidate(r[3], r[2], *r[4:]) for r in found if r[3] is not None]
         if not candidates:
             return []
         plan = plan_claim(candidates, room=room, base=base, limits=limits)
@@ -222,13 +222,13 @@ async def claim_due(
 
 
 def _claimed(r: Sequence[Any]) -> ClaimedRow:
-    # The payload comes as text, decoded row by row: a payload Python cannot decode fails its
-    # own row, not the claim.
-    original = r[9]
-    return ClaimedRow(
-        r[0], r[1], r[2], read_json(r[3]), r[4], r[6], r[5], r[8], r[7],
-        None if original is None else read_json(original), r[10], r[11],
-    )  # fmt: skip
+    # The RETURNING list is in ClaimedRow's order, under its names. The payload comes as text,
+    # decoded row by row: a payload Python cannot decode fails its own row, not the claim.
+    row = ClaimedRow._make(r)
+    return row._replace(
+        payload=read_json(row.payload),
+        original=None if row.original is None else read_json(row.original),
+    )
 
 
 # The bot condition of the relay's timing query (queries/timing.py).

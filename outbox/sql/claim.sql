@@ -164,8 +164,10 @@ oldest AS (
     ORDER BY c.keyingi_urinish, c.id
     LIMIT :reserve
 )
-SELECT room.n AS room, (SELECT base FROM budget) AS base, f.part, o.id, o.ustuvorlik,
-       o.keyingi_urinish, o.eskirish <= now() AS expired,
+-- Times as seconds since the epoch: a row written by hand may hold an infinity.
+SELECT room.n AS room, extract(epoch FROM (SELECT base FROM budget))::float8 AS base, f.part,
+       o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinish)::float8 AS due,
+       o.eskirish <= now() AS expired,
        coalesce(o.payload ->> 'chat_id', (SELECT y.chat_id::text FROM yuborilgan y
                                           WHERE y.kalit = o.payload ->> 'message_key')) AS chat,
        -- An album counts as its items (Telegram counts each); anything else as one.
@@ -181,8 +183,9 @@ LEFT JOIN outbox o ON o.id = f.id
 
 -- name: claim_take
 WITH chosen AS (
-    SELECT * FROM unnest(:ids::bigint[], :chats::text[], :send_at::timestamptz[],
-                         :chat_free::timestamptz[]) AS c(id, chat, send_at, chat_free)
+    SELECT id, chat, to_timestamp(send_at) AS send_at, to_timestamp(chat_free) AS chat_free
+    FROM unnest(:ids::bigint[], :chats::text[], :send_at::float8[], :chat_free::float8[])
+         AS c(id, chat, send_at, chat_free)
 ),
 chats AS (
     -- Each chat's next free moment, booked only if the chat is free by this row's slot
@@ -198,23 +201,26 @@ taken AS (
     SELECT * FROM chosen WHERE chat_free IS NULL OR chat IN (SELECT chat FROM chats)
 ),
 bump AS (
-    UPDATE bot_holati SET keyingi_slot = :next_slot
-    WHERE bot = :bot AND :next_slot::timestamptz IS NOT NULL
+    UPDATE bot_holati SET keyingi_slot = to_timestamp(:next_slot)
+    WHERE bot = :bot AND :next_slot::float8 IS NOT NULL
 )
 UPDATE outbox o
 SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
     egasi = :holder, yangilangan = now()
 FROM taken t
 WHERE o.id = t.id
-RETURNING o.id, o.tur, o.kalit, o.payload::text, o.urinish, o.band_vaqti, o.navbat,
+RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
+          o.urinish AS attempts,
           -- A scalar subquery, not EXISTS: always one probe of the marker's key.
-          (SELECT true FROM yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL,
-          extract(epoch FROM t.send_at - clock_timestamp())::float8,
+          (SELECT true FROM yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL AS already_sent,
+          o.band_vaqti AS claimed_at,
+          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait,
+          o.navbat AS queue,
           CASE WHEN o.payload ? 'message_key' THEN
               (SELECT json_build_array(y.chat_id, y.message_id, y.message_ids)::text
-               FROM yuborilgan y WHERE y.kalit = o.payload ->> 'message_key') END,
+               FROM yuborilgan y WHERE y.kalit = o.payload ->> 'message_key') END AS original,
           CASE WHEN o.payload ? 'message_key' THEN
               (SELECT m.holat || coalesce(':' || m.xato_turi, '') FROM outbox m
-               WHERE m.kalit = o.payload ->> 'message_key') END,
+               WHERE m.kalit = o.payload ->> 'message_key') END AS original_state,
           CASE WHEN isfinite(o.eskirish)
-               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END
+               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in
