@@ -179,46 +179,67 @@ async def claim_due(
     whose ``bot`` column names ``bot``; else also the rows that name no bot.
     """
     rate = float(limits.per_bot)
-    holder = claim_holder()
+    lane = {
+        "bot": bot,
+        "unnamed": not bot_rows,
+        "queue": queue,
+        "chat_on": bool(limits.chat_gap or limits.group_gap),
+    }
+    reserve = 1 + limit // RESERVED_SHARE
     async with conn.transaction():
         found = await sql.fetch(
             conn,
             "claim_rows",
             schema=schema,
             params={
-                "bot": bot,
-                "unnamed": not bot_rows,
-                "queue": queue,
-                "holder": holder,
+                **lane,
+                "holder": claim_holder(),
                 "limit": limit,
-                "reserve": 1 + limit // RESERVED_SHARE,
                 "rate": rate,
                 "horizon": float(limits.horizon),
                 "lookahead": PLAN_ROWS / rate if rate > 0 else 0.0,
                 "plan_rows": PLAN_ROWS,
-                "chat_on": bool(limits.chat_gap or limits.group_gap),
             },
         )
-        room, base = found[0][0], found[0][1]
-        candidates = [Candidate(r[3], r[2], *r[4:]) for r in found if r[3] is not None]
+        room, base, until, present = found[0][:4]
+        candidates = [Candidate(r[5], r[4], *r[6:]) for r in found if r[5] is not None]
+        walk = [c for c in candidates if c.part == "walk"]
+        if len(walk) >= room and walk and min(present) < min(c.priority for c in walk):
+            # The claim is full and a lower priority waits: the starvation bound's candidates.
+            reached = [v for v in present if v <= min(c.priority for c in walk)]
+            oldest = await sql.fetch(
+                conn,
+                "claim_oldest",
+                schema=schema,
+                params={
+                    **lane,
+                    "priorities": reached,
+                    "taken": [c.id for c in walk],
+                    "until": until,
+                    "reserve": reserve,
+                },
+            )
+            candidates += [Candidate(r[1], r[0], *r[2:]) for r in oldest]
         if not candidates:
             return []
         plan = plan_claim(candidates, room=room, base=base, limits=limits)
         if not plan.bookings:
             return []
-        cursor = await conn.execute(
-            sql.sql("claim_take", schema),
-            {
+        taken = await sql.fetch(
+            conn,
+            "claim_take",
+            schema=schema,
+            params={
                 "ids": [b.id for b in plan.bookings],
                 "chats": [b.chat for b in plan.bookings],
                 "send_at": [b.send_at for b in plan.bookings],
                 "chat_free": [b.chat_free for b in plan.bookings],
                 "bot": bot,
                 "next_slot": plan.next_slot,
-                "holder": holder,
+                "holder": claim_holder(),
             },
         )
-        return [_claimed(r) for r in await cursor.fetchall()]
+        return [_claimed(r) for r in taken]
 
 
 def _claimed(r: Sequence[Any]) -> ClaimedRow:

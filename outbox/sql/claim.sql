@@ -36,8 +36,9 @@ room AS (
            EXISTS (SELECT 1 FROM pauza WHERE doira IN ('tur', 'partiya')) AS some_paused
 ),
 keys(k) AS (
-    -- The lane's rows: those naming its bot, and those naming none if it takes them.
-    SELECT :bot::text UNION ALL SELECT '' WHERE :unnamed
+    -- The lane's rows, as outbox_claim_idx keys them (bot:queue): those naming its bot, and
+    -- those naming none if it takes them.
+    SELECT :bot || ':' || :queue UNION ALL SELECT ':' || :queue WHERE :unnamed
 ),
 plan AS (
     -- Delivery windows: with the windowed rows in deadline order, the k-th must start by
@@ -78,13 +79,13 @@ alone AS (
 present(k, v) AS (
     -- The priorities with pending rows, highest first: one probe of outbox_claim_idx each.
     SELECT k, (SELECT o.ustuvorlik FROM outbox o
-               WHERE coalesce(o.bot, '') = keys.k AND o.navbat = :queue
+               WHERE coalesce(o.bot, '') || ':' || o.navbat = keys.k
                  AND o.holat = 'kutmoqda'
                ORDER BY o.ustuvorlik DESC LIMIT 1)
     FROM keys
     UNION ALL
     SELECT k, (SELECT o.ustuvorlik FROM outbox o
-               WHERE coalesce(o.bot, '') = p.k AND o.navbat = :queue
+               WHERE coalesce(o.bot, '') || ':' || o.navbat = p.k
                  AND o.holat = 'kutmoqda' AND o.ustuvorlik < p.v
                ORDER BY o.ustuvorlik DESC LIMIT 1)
     FROM present p WHERE p.v IS NOT NULL
@@ -97,7 +98,7 @@ walk AS (
         SELECT r.* FROM keys CROSS JOIN LATERAL (
             SELECT o.id, o.ustuvorlik, o.keyingi_urinish
             FROM outbox o
-            WHERE coalesce(o.bot, '') = keys.k AND o.navbat = :queue
+            WHERE coalesce(o.bot, '') || ':' || o.navbat = keys.k
               AND o.holat = 'kutmoqda' AND o.ustuvorlik = p.v
               AND o.keyingi_urinish <= (SELECT until FROM plan)
               AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
@@ -125,21 +126,46 @@ walk AS (
         LIMIT :limit
     ) c
     LIMIT (SELECT n FROM room)
+)
+-- Times as seconds since the epoch: a row written by hand may hold an infinity.
+SELECT room.n AS room, extract(epoch FROM (SELECT base FROM budget))::float8 AS base,
+       extract(epoch FROM (SELECT until FROM plan))::float8 AS until,
+       (SELECT array_agg(DISTINCT v) FROM present WHERE v IS NOT NULL) AS present, f.part,
+       o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinish)::float8 AS due,
+       o.eskirish <= now() AS expired,
+       coalesce(o.payload ->> 'chat_id', (SELECT y.chat_id::text FROM yuborilgan y
+                                          WHERE y.kalit = o.payload ->> 'message_key')) AS chat,
+       -- An album counts as its items (Telegram counts each); anything else as one.
+       CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
+                 AND lower(o.payload ->> 'method') = 'sendmediagroup'
+            THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10)
+            ELSE 1 END AS weight
+FROM room
+LEFT JOIN (SELECT 'alone' AS part, id FROM alone UNION ALL SELECT 'walk', id FROM walk) f ON true
+LEFT JOIN outbox o ON o.id = f.id
+
+-- name: claim_oldest
+-- The starvation bound, asked only when claim_rows filled the claim and a lower priority
+-- waits: the oldest claimable rows of the priorities it reached (:priorities) compete for the
+-- reserved slots. :until is claim_rows' windows moment; :taken, the rows it holds already.
+WITH keys(k) AS (
+    SELECT :bot || ':' || :queue UNION ALL SELECT ':' || :queue WHERE :unnamed
+),
+paused AS (
+    SELECT EXISTS (SELECT 1 FROM pauza WHERE doira IN ('tur', 'partiya')) AS some_paused
 ),
 oldest AS (
-    -- The starvation bound: when the claim is full and a lower priority waits, the oldest
-    -- claimable rows of the priorities it reached compete for the reserved slots.
-    SELECT c.* FROM (SELECT DISTINCT v FROM present WHERE v IS NOT NULL) p
+    SELECT c.id FROM unnest(:priorities::smallint[]) AS p(v)
     CROSS JOIN keys
     CROSS JOIN LATERAL (
-        SELECT o.id, o.ustuvorlik, o.keyingi_urinish
+        SELECT o.id, o.keyingi_urinish
         FROM outbox o
-        WHERE coalesce(o.bot, '') = keys.k AND o.navbat = :queue
-          AND o.holat = 'kutmoqda' AND o.ustuvorlik = p.v
-          AND o.keyingi_urinish <= (SELECT until FROM plan)
+        WHERE coalesce(o.bot, '') || ':' || o.navbat = keys.k
+          AND o.holat = 'kutmoqda' AND o.ustuvorlik = p.v AND o.id <> ALL(:taken::bigint[])
+          AND o.keyingi_urinish <= to_timestamp(:until)
           AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
-          AND NOT o.yakka AND (SELECT ok FROM clear)
-          AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
+          AND NOT o.yakka
+          AND (NOT (SELECT some_paused FROM paused) OR NOT EXISTS (
                    SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
                                             OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
           -- A follow-up waits while its original is still to be sent.
@@ -158,28 +184,18 @@ oldest AS (
         LIMIT :reserve
         FOR UPDATE OF o SKIP LOCKED
     ) c
-    WHERE p.v <= (SELECT min(ustuvorlik) FROM walk)
-      AND (SELECT count(*) FROM walk) >= (SELECT n FROM room)
-      AND EXISTS (SELECT 1 FROM present WHERE v < (SELECT min(ustuvorlik) FROM walk))
     ORDER BY c.keyingi_urinish, c.id
     LIMIT :reserve
 )
--- Times as seconds since the epoch: a row written by hand may hold an infinity.
-SELECT room.n AS room, extract(epoch FROM (SELECT base FROM budget))::float8 AS base, f.part,
-       o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinish)::float8 AS due,
-       o.eskirish <= now() AS expired,
+SELECT 'oldest' AS part, o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinish)::float8,
+       o.eskirish <= now(),
        coalesce(o.payload ->> 'chat_id', (SELECT y.chat_id::text FROM yuborilgan y
-                                          WHERE y.kalit = o.payload ->> 'message_key')) AS chat,
-       -- An album counts as its items (Telegram counts each); anything else as one.
+                                          WHERE y.kalit = o.payload ->> 'message_key')),
        CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
                  AND lower(o.payload ->> 'method') = 'sendmediagroup'
             THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10)
-            ELSE 1 END AS weight
-FROM room
-LEFT JOIN (SELECT 'alone' AS part, id FROM alone
-           UNION ALL SELECT 'walk', id FROM walk
-           UNION ALL SELECT 'oldest', id FROM oldest WHERE id NOT IN (SELECT id FROM walk)) f ON true
-LEFT JOIN outbox o ON o.id = f.id
+            ELSE 1 END
+FROM oldest JOIN outbox o USING (id)
 
 -- name: claim_take
 WITH chosen AS (
