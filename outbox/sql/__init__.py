@@ -87,7 +87,8 @@ def source(name: str) -> str:
         raise KeyError(f"no query named {name!r} in outbox/sql") from None
 
 
-def _prepare(name: str, schema: str, *, psycopg_style: bool) -> str:
+def _rewrite(text: str, schema: str, *, psycopg_style: bool) -> str:
+    """``text`` ready to send: tables qualified, comments gone, placeholders as asked."""
     qualified = f'"{schema}".'
 
     def token(match: re.Match[str]) -> str:
@@ -103,7 +104,7 @@ def _prepare(name: str, schema: str, *, psycopg_style: bool) -> str:
             return qualified + text
         return text
 
-    text = _TOKEN.sub(token, source(name))
+    text = _TOKEN.sub(token, text)
     # Blank lines and trailing spaces left by the comments: gone, indentation kept.
     return "\n".join(line.rstrip() for line in text.splitlines() if line.strip())
 
@@ -111,13 +112,13 @@ def _prepare(name: str, schema: str, *, psycopg_style: bool) -> str:
 @functools.cache
 def sql(name: str, schema: str) -> str:
     """The named query for psycopg (``%(name)s`` placeholders), its tables in ``schema``."""
-    return _prepare(name, schema, psycopg_style=True)
+    return _rewrite(source(name), schema, psycopg_style=True)
 
 
 @functools.cache
 def sa_sql(name: str, schema: str) -> sa.TextClause:
     """The named query as SQLAlchemy ``text()`` (``:name`` placeholders), for the app's session."""
-    return sa.text(_prepare(name, schema, psycopg_style=False))
+    return sa.text(_rewrite(source(name), schema, psycopg_style=False))
 
 
 # --- the executor -------------------------------------------------------------------------------

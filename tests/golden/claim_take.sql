@@ -1,0 +1,39 @@
+WITH chosen AS (
+    SELECT id, chat, to_timestamp(send_at) AS send_at, to_timestamp(chat_free) AS chat_free
+    FROM unnest(%(ids)s::bigint[], %(chats)s::text[], %(send_at)s::float8[], %(chat_free)s::float8[])
+         AS c(id, chat, send_at, chat_free)
+),
+chats AS (
+    INSERT INTO "public".chat_navbati AS c (bot, chat, keyingi)
+    SELECT %(bot)s, chat, chat_free FROM chosen WHERE chat_free IS NOT NULL
+    ON CONFLICT (bot, chat) DO UPDATE SET keyingi = excluded.keyingi
+    WHERE c.keyingi <= (SELECT h.send_at FROM chosen h
+                        WHERE h.chat = excluded.chat AND h.chat_free IS NOT NULL)
+    RETURNING chat
+),
+taken AS (
+    SELECT * FROM chosen WHERE chat_free IS NULL OR chat IN (SELECT chat FROM chats)
+),
+bump AS (
+    UPDATE "public".bot_holati SET keyingi_slot = to_timestamp(%(next_slot)s)
+    WHERE bot = %(bot)s AND %(next_slot)s::float8 IS NOT NULL
+)
+UPDATE "public".outbox o
+SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
+    egasi = %(holder)s, yangilangan = now()
+FROM taken t
+WHERE o.id = t.id
+RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
+          o.urinish AS attempts,
+          (SELECT true FROM "public".yuborilgan y WHERE y.kalit = o.kalit) IS NOT NULL AS already_sent,
+          o.band_vaqti AS claimed_at,
+          extract(epoch FROM t.send_at - clock_timestamp())::float8 AS wait,
+          o.navbat AS queue,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT json_build_array(y.chat_id, y.message_id, y.message_ids)::text
+               FROM "public".yuborilgan y WHERE y.kalit = o.payload ->> 'message_key') END AS original,
+          CASE WHEN o.payload ? 'message_key' THEN
+              (SELECT m.holat || coalesce(':' || m.xato_turi, '') FROM "public".outbox m
+               WHERE m.kalit = o.payload ->> 'message_key') END AS original_state,
+          CASE WHEN isfinite(o.eskirish)
+               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in

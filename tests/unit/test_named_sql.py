@@ -1,0 +1,64 @@
+"""The named queries: the loader's rewriting, the claim's size, and golden files of the
+statements on the hot path, so that any change to them shows in review.
+
+Regenerate the golden files after an intended change: ``OUTBOX_UPDATE_GOLDEN=1 pytest
+tests/unit/test_named_sql.py``, then read the diff.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from outbox import sql
+
+GOLDEN = Path(__file__).parent.parent / "golden"
+# The statements a change must not slip past a reviewer: the claim and the outcome write.
+HOT_PATH = ("claim_rows", "claim_oldest", "claim_take")
+CLAIM = ("claim_rows", "claim_oldest", "claim_take")
+
+
+@pytest.mark.parametrize("name", HOT_PATH)
+def test_the_hot_paths_statements_match_their_golden_files(name: str) -> None:
+    sent = sql.sql(name, "public") + "\n"
+    golden = GOLDEN / f"{name}.sql"
+    if os.environ.get("OUTBOX_UPDATE_GOLDEN"):
+        golden.write_text(sent, encoding="utf-8")
+    assert golden.read_text(encoding="utf-8") == sent, (
+        f"{name} changed: if that is intended, OUTBOX_UPDATE_GOLDEN=1 rewrites {golden}"
+    )
+
+
+def test_no_claim_statement_is_over_8_kb_as_sent() -> None:
+    sizes = {
+        name: len(sql.sql(name, "a_long_schema_name_of_fifty_characters_0123456789"))
+        for name in CLAIM
+    }
+    assert max(sizes.values()) <= 8192, sizes
+
+
+def test_tables_are_qualified_and_placeholders_made_psycopgs() -> None:
+    source = "SELECT o.id, 'outbox 5%' -- outbox\nFROM outbox o WHERE o.id = :id::bigint"
+    assert sql._rewrite(source, "t", psycopg_style=True) == (
+        "SELECT o.id, 'outbox 5%%'\nFROM \"t\".outbox o WHERE o.id = %(id)s::bigint"
+    )
+    assert sql._rewrite(source, "t", psycopg_style=False) == (
+        "SELECT o.id, 'outbox 5%'\nFROM \"t\".outbox o WHERE o.id = :id::bigint"
+    )
+
+
+def test_a_column_or_alias_named_like_a_table_is_left_alone() -> None:
+    source = 'SELECT x.outbox, "pauza", pauza_tugashi FROM pauza p'
+    assert sql._rewrite(source, "s", psycopg_style=True) == (
+        'SELECT x.outbox, "pauza", pauza_tugashi FROM "s".pauza p'
+    )
+
+
+def test_every_query_has_a_unique_name_and_a_body() -> None:
+    names = sql.query_names()
+    assert len(names) == len(set(names))
+    assert all(sql.source(name).strip() for name in names)
+    with pytest.raises(KeyError, match="no query named"):
+        sql.source("no_such_query")
