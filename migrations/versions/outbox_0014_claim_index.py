@@ -20,8 +20,9 @@ instant. Measured on an outbox of 1,000,000 rows (990,000 done, 10,000 pending):
 docs/decisions.md. Building ``outbox_claim_idx`` beforehand with ``CREATE INDEX CONCURRENTLY``
 under the same definition leaves the revision only the drops (IF NOT EXISTS).
 
-A relay of the previous release keeps working against this schema (its statements name no
-index); its claim walks the remaining indexes and is slower until it is upgraded.
+A relay of the previous release that is running keeps working against this schema (its
+statements name no index; its claim walks the remaining indexes, slower, until it is
+upgraded); one started after this revision refuses with one line, as for any newer schema.
 """
 
 from __future__ import annotations
