@@ -14,6 +14,7 @@ Times that decide behaviour come from the database clock, so many relay hosts ag
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import secrets
@@ -186,6 +187,7 @@ async def claim_due(
         "chat_on": bool(limits.chat_gap or limits.group_gap),
     }
     reserve = 1 + limit // RESERVED_SHARE
+    # A pipeline: BEGIN goes with claim_rows, COMMIT with claim_take (two round trips).
     async with conn.transaction():
         found = await sql.fetch(
             conn,
@@ -201,7 +203,9 @@ async def claim_due(
                 "plan_rows": PLAN_ROWS,
             },
         )
-        room, base, until, present = found[0][:4]
+        room, base, until, found_priorities = found[0][:4]
+        # The priorities present as PostgreSQL writes an array ('{0,5}'): text, read once.
+        present = [int(v) for v in (found_priorities or "{}").strip("{}").split(",") if v]
         candidates = [Candidate(r[5], r[4], *r[6:]) for r in found if r[5] is not None]
         walk = [c for c in candidates if c.part == "walk"]
         if len(walk) >= room and walk and min(present) < min(c.priority for c in walk):
@@ -230,10 +234,8 @@ async def claim_due(
             "claim_take",
             schema=schema,
             params={
-                "ids": [b.id for b in plan.bookings],
-                "chats": [b.chat for b in plan.bookings],
-                "send_at": [b.send_at for b in plan.bookings],
-                "chat_free": [b.chat_free for b in plan.bookings],
+                # One JSON text, not four arrays: psycopg quotes an array's items one by one.
+                "bookings": json.dumps(plan.bookings),
                 "bot": bot,
                 "next_slot": plan.next_slot,
                 "holder": claim_holder(),
@@ -245,11 +247,11 @@ async def claim_due(
 def _claimed(r: Sequence[Any]) -> ClaimedRow:
     # The RETURNING list is in ClaimedRow's order, under its names. The payload comes as text,
     # decoded row by row: a payload Python cannot decode fails its own row, not the claim.
-    row = ClaimedRow._make(r)
-    return row._replace(
-        payload=read_json(row.payload),
-        original=None if row.original is None else read_json(row.original),
-    )
+    original = r[9]
+    return ClaimedRow(
+        r[0], r[1], r[2], read_json(r[3]), r[4], r[5], r[6], r[7], r[8],
+        None if original is None else read_json(original), r[10], r[11],
+    )  # fmt: skip
 
 
 # The bot condition of the relay's timing query (queries/timing.py).

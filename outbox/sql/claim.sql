@@ -130,7 +130,7 @@ walk AS (
 -- Times as seconds since the epoch: a row written by hand may hold an infinity.
 SELECT room.n AS room, extract(epoch FROM (SELECT base FROM budget))::float8 AS base,
        extract(epoch FROM (SELECT until FROM plan))::float8 AS until,
-       (SELECT array_agg(DISTINCT v) FROM present WHERE v IS NOT NULL) AS present, f.part,
+       (SELECT array_agg(DISTINCT v) FROM present WHERE v IS NOT NULL)::text AS present, f.part,
        o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinish)::float8 AS due,
        o.eskirish <= now() AS expired,
        coalesce(o.payload ->> 'chat_id', (SELECT y.chat_id::text FROM yuborilgan y
@@ -199,9 +199,10 @@ FROM oldest JOIN outbox o USING (id)
 
 -- name: claim_take
 WITH chosen AS (
-    SELECT id, chat, to_timestamp(send_at) AS send_at, to_timestamp(chat_free) AS chat_free
-    FROM unnest(:ids::bigint[], :chats::text[], :send_at::float8[], :chat_free::float8[])
-         AS c(id, chat, send_at, chat_free)
+    -- plan_claim's bookings: [[id, chat, send_at, chat_free], ...], times as epoch seconds.
+    SELECT (b ->> 0)::bigint AS id, b ->> 1 AS chat, to_timestamp((b ->> 2)::float8) AS send_at,
+           to_timestamp((b ->> 3)::float8) AS chat_free
+    FROM jsonb_array_elements(:bookings::jsonb) AS b
 ),
 chats AS (
     -- Each chat's next free moment, booked only if the chat is free by this row's slot

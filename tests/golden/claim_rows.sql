@@ -100,7 +100,7 @@ walk AS (
 )
 SELECT room.n AS room, extract(epoch FROM (SELECT base FROM budget))::float8 AS base,
        extract(epoch FROM (SELECT until FROM plan))::float8 AS until,
-       (SELECT array_agg(DISTINCT v) FROM present WHERE v IS NOT NULL) AS present, f.part,
+       (SELECT array_agg(DISTINCT v) FROM present WHERE v IS NOT NULL)::text AS present, f.part,
        o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinish)::float8 AS due,
        o.eskirish <= now() AS expired,
        coalesce(o.payload ->> 'chat_id', (SELECT y.chat_id::text FROM "public".yuborilgan y

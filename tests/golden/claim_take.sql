@@ -1,7 +1,7 @@
 WITH chosen AS (
-    SELECT id, chat, to_timestamp(send_at) AS send_at, to_timestamp(chat_free) AS chat_free
-    FROM unnest(%(ids)s::bigint[], %(chats)s::text[], %(send_at)s::float8[], %(chat_free)s::float8[])
-         AS c(id, chat, send_at, chat_free)
+    SELECT (b ->> 0)::bigint AS id, b ->> 1 AS chat, to_timestamp((b ->> 2)::float8) AS send_at,
+           to_timestamp((b ->> 3)::float8) AS chat_free
+    FROM jsonb_array_elements(%(bookings)s::jsonb) AS b
 ),
 chats AS (
     INSERT INTO "public".chat_navbati AS c (bot, chat, keyingi)
