@@ -297,6 +297,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
 def _cmd_relay(args: argparse.Namespace) -> int:
     from outbox.progress import drain_progress, on_terminal  # noqa: PLC0415
     from outbox.relay import Relay  # noqa: PLC0415 - heavy imports only for the relay
+    from outbox.relay.lanes import TokenBots  # noqa: PLC0415
     from outbox.relay.tokens import TokenFolder  # noqa: PLC0415
     from outbox.telegram import TelegramPool, TelegramSender  # noqa: PLC0415
 
@@ -325,13 +326,8 @@ def _cmd_relay(args: argparse.Namespace) -> int:
 
     async def run() -> int:
         if token is None:
-            relay = Relay(
-                config,
-                tokens=TokenFolder(args.tokens_dir),
-                telegram=TelegramPool(
-                    api_url=api_url, pool_size=pool_size, read_timeout=read_timeout
-                ),
-            )
+            pool = TelegramPool(api_url=api_url, pool_size=pool_size, read_timeout=read_timeout)
+            relay = Relay(config, TokenBots(TokenFolder(args.tokens_dir), pool))
         else:
             relay = Relay(config, sender)
         _stop_on_signals(relay, grace=config.grace_seconds)

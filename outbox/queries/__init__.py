@@ -43,7 +43,6 @@ from outbox.queries.claim import (
     ClaimLimits,
     claim_due,
     claim_holder,
-    prefer_generic_plans,
 )
 from outbox.queries.maintenance import (
     Pruned,
@@ -151,7 +150,6 @@ __all__ = [
     "list_pauses",
     "list_relays",
     "pause",
-    "prefer_generic_plans",
     "prune",
     "queue_status",
     "queue_timing",

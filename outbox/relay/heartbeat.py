@@ -68,7 +68,7 @@ class Heartbeat:
         interval: float,
         snapshot: Callable[[], RelaySnapshot],
         health: Health,
-        bots: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
+        bots: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]],
     ) -> None:
         self._store = store
         self._schema = schema
@@ -76,9 +76,8 @@ class Heartbeat:
         self._interval = interval
         self._snapshot = snapshot
         self._health = health
-        # The bots served now, and those of them whose token Telegram rejected: a relay with a
-        # folder of tokens gains and loses bots; one with a token has its identity's.
-        self._bots = bots or (lambda: (identity.bots, ()))
+        # The bots served now, and those of them whose token Telegram rejected (they change).
+        self._bots = bots
         self._systemd = SystemdNotifier()
         self.beats = 0  # heartbeats written, for tests
         self.name = "heartbeat"
