@@ -18,6 +18,7 @@ from alembic import command
 from psycopg import sql
 
 from outbox import migrate, queries
+from outbox import sql as named
 from outbox.db import async_connect
 from outbox.queries.claim import _positional, claim_statement
 from outbox.queries.relay import record_statement
@@ -129,7 +130,6 @@ async def _relay_plan(db_url: str) -> dict[str, Any]:
     rolled back)."""
     conn = await async_connect(db_url)  # prepared after the second use, as the relay's
     try:
-        await queries.prefer_generic_plans(conn)
         for _ in range(4):  # the first walks every priority; the fourth is prepared
             await queries.claim_due(conn, 64, schema="public", limits=_LIMITS)
         cursor = await conn.execute(
@@ -187,7 +187,7 @@ def test_outcomes_are_written_through_the_primary_key(db_url: str) -> None:
             )
             rows = _cursor(conn, params).execute(statement, params).fetchall()
             done = [queries.Outcome(r[0], r[4], State.DONE, claimed_at=r[5]) for r in rows]
-            conn.execute(*record_statement(done, schema="public"))
+            conn.execute(*_record(done))
         rows = _cursor(conn, params).execute(statement, params).fetchall()
         outcomes = [
             queries.Outcome(
@@ -195,7 +195,7 @@ def test_outcomes_are_written_through_the_primary_key(db_url: str) -> None:
             )
             for r in rows
         ]
-        nodes = _explain(conn, *record_statement(outcomes, schema="public"))
+        nodes = _explain(conn, *_record(outcomes))
     reads = [
         n for n in nodes if n.get("Relation Name") == "outbox" and n["Node Type"] != "ModifyTable"
     ]
@@ -241,3 +241,9 @@ def test_named_placeholders_become_numbered_ones_once_each() -> None:
     statement, names = _positional("SELECT %(a)s, %(b)s, %(a)s, 7 %% 2, '$x'")
     assert statement == "SELECT $1, $2, $1, 7 % 2, '$x'"
     assert names == ("a", "b")
+
+
+def _record(outcomes: list[queries.Outcome]) -> tuple[str, dict[str, Any]]:
+    """The outcome write of ``outcomes`` as psycopg runs it."""
+    name, params = record_statement(outcomes)
+    return named.sql(name, "public"), params

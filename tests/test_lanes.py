@@ -50,7 +50,7 @@ def hand_back(db_url: str, keys: Sequence[str]) -> None:
                 "SELECT id, urinish, band_vaqti FROM outbox WHERE kalit = ANY(%s)", (list(keys),)
             )
             outcomes = [
-                Outcome(i, n, State.PENDING, refund_attempt=True, claimed_at=at)
+                Outcome(i, n, State.PENDING, new_attempts=n - 1, claimed_at=at)
                 for i, n, at in await cursor.fetchall()
             ]
             assert await record_outcomes(conn, outcomes, schema=SCHEMA) == len(keys)
