@@ -26,8 +26,8 @@ from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary
 from outbox.relay.claimer import Claimer, ClaimPlan, LaneClaim
 from outbox.relay.completer import Completer
-from outbox.relay.lanes import Lanes, LaneState
 from outbox.relay.flood import FloodControl
+from outbox.relay.lanes import Lanes, LaneState
 from outbox.relay.store import Store
 from outbox.states import State
 from outbox.telegram import NullSender, SentMessage, send_message_args
@@ -309,7 +309,7 @@ def test_a_send_that_meets_flood_control_goes_back_until_the_pause_ends() -> Non
     assert sender.sent_at == []
     [back] = recorded
     assert (back.state, back.new_attempts) == (State.PENDING, 0)
-    assert 0.5 < back.delay_seconds <= 1.0  # due when the pause ends
+    assert back.delay_seconds is not None and 0.5 < back.delay_seconds <= 1.0  # pause's end
     assert total.deferred == 1
 
 
@@ -388,12 +388,12 @@ def test_a_bot_that_starts_serving_during_a_round_is_looked_at_before_a_drain_en
     )
     asked: list[list[str]] = []
 
-    async def timings(serving: list[Any]) -> dict[str, queries.QueueTiming]:
+    async def timings(serving: list[Any]) -> dict[str, queries.QueueTiming] | None:
         asked.append([lane.bot for lane in serving])
         late_bot.state = LaneState.SERVING  # its getMe answered meanwhile
         return {}  # the idle bot has nothing pending
 
-    claimer._timings = timings  # type: ignore[method-assign]
+    claimer._timings = timings  # type: ignore[method-assign,assignment]
     again, _, _ = asyncio.run(claimer.round())
     assert asked == [["1001"]]
     assert again  # the next round, at once, looks at both

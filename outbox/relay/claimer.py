@@ -46,6 +46,8 @@ _BUSY_BACKOFF_MAX = 0.5
 # How often the bots' source (a folder of tokens) is looked at for added and removed bots.
 LOOK_INTERVAL = 2.0
 _LATE = 0.002  # wait a hair past a due moment, so that the claim finds the row due
+_UNKNOWN = queries.QueueTiming(0.0, 0.0, True)
+_NOTHING = queries.QueueTiming(None, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -229,56 +231,54 @@ class Claimer:
         serving = self.lanes.serving()
         if not serving:
             return False, math.inf, True
-        loop = asyncio.get_running_loop()
         if not self.lanes.in_flight:
             await self._completer.write_pending()  # retries written now count for the timing
         timings = await self._timings(serving)
         self._turn = (self._turn + 1) % len(serving)
         again, wait, idle = False, math.inf, True
-        # No answer (the database is away): every bot may have work; the claim waits for it.
-        unknown = queries.QueueTiming(0.0, 0.0, True)
-        nothing = queries.QueueTiming(None, 0.0)
         for lane in serving[self._turn :] + serving[: self._turn]:
             if self._stopping.is_set() or not lane.serving:
                 continue  # stopping, or its token was rejected meanwhile
-            claim, pool = lane.claim, lane.pool
-            timing = unknown if timings is None else timings.get(lane.bot, nothing)
-            due_in = claim.settle(timing, deferred_until=pool.deferred_until)
-            now = loop.time()
-            if pool.in_flight or pool.deferred_until + DEFER_SLACK > now:
-                idle = False
-            if due_in is None:
-                continue
-            if due_in > 0:
-                idle = idle and not claim.held
-                wait = min(wait, due_in + _LATE)
-                continue
-            idle = False
-            if now < claim.blocked_until:
-                wait = min(wait, claim.blocked_until - now)
-                continue
-            plan = claim.plan(now, in_flight=pool.in_flight, written=pool.finished)
-            want = plan.want
-            if whole_batch and not lane.flood.paused_for(now):
-                want = self._config.batch_size
-            if not want:
-                wait = min(wait, plan.wait)  # paused, or no free slot (a freed one wakes us)
-                continue
-            rows = await claim.claim(want)
-            pool.start(rows, loop.time())
-            if rows:
-                claim.took()
-                again = True
-            else:
-                backoff = claim.skipped()  # due rows locked by another transaction
-                claim.blocked_until = now + backoff
-                wait = min(wait, backoff)
+            # No answer (the database is away): every bot may have work; the claim waits.
+            timing = _UNKNOWN if timings is None else timings.get(lane.bot, _NOTHING)
+            took, lane_wait, lane_idle = await self._claim_for(lane, timing, whole_batch)
+            again, wait, idle = again or took, min(wait, lane_wait), idle and lane_idle
         # A bot whose getMe was answered while this round asked the database was not looked
         # at: look again at once, or a drain would end (and a relay wait) before its rows.
         looked = {id(lane) for lane in serving}
         if any(id(lane) not in looked for lane in self.lanes.serving()):
             again = True
         return again, wait, idle
+
+    async def _claim_for(
+        self, lane: Lane, timing: queries.QueueTiming, whole_batch: bool
+    ) -> tuple[bool, float, bool]:
+        """Claim for one lane if it has due work: whether it got rows, how long to wait
+        otherwise, and whether the lane has no work."""
+        claim, pool = lane.claim, lane.pool
+        due_in = claim.settle(timing, deferred_until=pool.deferred_until)
+        now = asyncio.get_running_loop().time()
+        idle = not pool.in_flight and pool.deferred_until + DEFER_SLACK <= now
+        if due_in is None:
+            return False, math.inf, idle
+        if due_in > 0:
+            return False, due_in + _LATE, idle and not claim.held
+        if now < claim.blocked_until:
+            return False, claim.blocked_until - now, False
+        plan = claim.plan(now, in_flight=pool.in_flight, written=pool.finished)
+        want = plan.want
+        if whole_batch and not lane.flood.paused_for(now):
+            want = self._config.batch_size
+        if not want:
+            return False, plan.wait, False  # paused, or no free slot (a freed one wakes us)
+        rows = await claim.claim(want)
+        pool.start(rows, asyncio.get_running_loop().time())
+        if rows:
+            claim.took()
+            return True, math.inf, False
+        backoff = claim.skipped()  # due rows locked by another transaction
+        claim.blocked_until = now + backoff
+        return False, backoff, False
 
     async def _timings(self, lanes: list[Lane]) -> dict[str, queries.QueueTiming] | None:
         """When each lane may have work; None when the database cannot tell."""
