@@ -4,7 +4,7 @@ Claim cost: three databases, one holding 1,000,000 ``bajarildi`` rows with their
 one holding 1,000,000 pending rows of four other queues (other bots' backlog, all due earlier),
 one empty; all get the same pending rows of the claimed queue and fresh statistics. The relay's
 claim statement (``queries.claim_due``, 64 rows, on a connection set up as the relay's claim
-connection is: ``prefer_generic_plans``) is timed round trip by round trip, alternating
+connection is) is timed round trip by round trip, alternating
 between the databases so that noise hits them alike; each claimed batch is then recorded as
 sent (untimed).
 
@@ -69,8 +69,6 @@ def sizes(url: str) -> Sizes:
 async def _claim_times(urls: list[str], rounds: int) -> list[list[float]]:
     """Seconds per claim round trip, per database, alternating between them."""
     conns = [await async_connect(url) for url in urls]
-    for conn in conns:
-        await queries.prefer_generic_plans(conn)  # as the relay's claim connection does
     times: list[list[float]] = [[] for _ in urls]
     try:
         for _ in range(rounds):
