@@ -229,7 +229,6 @@ class Lanes:
             sender,
             concurrency=config.concurrency,
             limits=self._limits,
-            grace_seconds=config.grace_seconds,
             retry=config.retry,
             flood=flood,
             completer=self._completer,

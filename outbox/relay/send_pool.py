@@ -84,7 +84,6 @@ class SendPool:
         *,
         concurrency: int,
         limits: queries.ClaimLimits,
-        grace_seconds: float,
         retry: RetryPolicy,
         flood: FloodControl,
         completer: Completer,
@@ -94,11 +93,9 @@ class SendPool:
         on_unauthorized: Callable[[TelegramUnauthorized], None],
         wakeup: asyncio.Event | None = None,
     ) -> None:
-        self.name = "send pool"
         self._sender = sender
         self._reserved = bool(limits.per_bot or limits.chat_gap or limits.group_gap)
         self._late_for_slot = late_for_slot(limits.per_bot)
-        self._grace_seconds = grace_seconds
         self._retry = retry
         self._flood = flood
         self._completer = completer
@@ -107,8 +104,6 @@ class SendPool:
         self._total = total
         self._on_unauthorized = on_unauthorized
         self._wakeup = wakeup or asyncio.Event()  # the claimer's: a worker is free
-        self._stop = asyncio.Event()
-        self._hurry = asyncio.Event()
         self._workers = Workers(concurrency, self.process, done=self._row_done)
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
         self._sending: set[int] = set()
@@ -142,22 +137,6 @@ class SendPool:
     def _row_done(self) -> None:
         self.finished += 1
         self._wakeup.set()  # a worker is free: the claimer may claim
-
-    # --- lifecycle -----------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Hold the rows the claimer starts until ``stop()``; then let the sends in flight end
-        within the grace period (or until ``hurry()``), cut off the rest, and return. Rows not
-        yet sent go back to the queue untouched as soon as the claimer stops."""
-        await self._stop.wait()
-        await self.finish(self._grace_seconds, self._hurry)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def hurry(self) -> None:
-        """A second stop: sends still running are cut off now."""
-        self._hurry.set()
 
     async def finish(self, grace: float, hurry: asyncio.Event) -> None:
         """Let the sends in flight end within ``grace`` seconds (or until ``hurry`` is set);
