@@ -9,7 +9,6 @@ from typing import NamedTuple
 from outbox import sql
 from outbox.queries._common import AsyncConn
 from outbox.ratelimit import MAX_FLOOD_PAUSE
-from outbox.schema import DEFAULT_BOT
 
 # The windowed rows ahead that the timing plans, as the claim's plan does.
 PLAN_ROWS = 5000
@@ -51,19 +50,3 @@ async def bots_timing(
         pause = min(max(paused, 0.0), MAX_FLOOD_PAUSE)
         found[str(bot)] = QueueTiming(None if due is None else float(due), pause, bool(due_now))
     return found
-
-
-async def queue_timing(
-    conn: AsyncConn,
-    queues: Sequence[str],
-    *,
-    schema: str,
-    horizon: float,
-    bot: str = DEFAULT_BOT,
-    rate: float = 0.0,
-) -> QueueTiming:
-    """``bots_timing`` of one bot that also takes the rows naming no bot."""
-    found = await bots_timing(
-        conn, [bot], queues, schema=schema, horizon=horizon, rate=rate, unnamed=[True]
-    )
-    return found.get(bot, QueueTiming(None, 0.0))
