@@ -133,14 +133,15 @@ class Relay:
             health.database_ok()
 
         await self.lanes.source.start()
-        await wait_until_reachable(
+        if await wait_until_reachable(
             "the database", database, unreachable=DatabaseUnavailable, stopping=self._stopping
-        )
+        ):
+            self.lanes.look()  # each bot starts: getMe until Telegram answers
 
     async def close(self) -> None:
         self._stopping.set()  # a final write that cannot reach the database gives up at once
+        await self.lanes.finish()  # rows a lane still holds go back, recorded for the write
         await self._write_the_rest()
-        await self.lanes.finish()
         await self.lanes.source.close()
         for store in (self._claim_store, self._record_store, self._heartbeat_store):
             await store.close()
