@@ -97,7 +97,7 @@ class Relay:
         )
         self.listener = None if config.poll_only else self._listener()
         self.maintenance = self._maintenance()
-        self.identity = RelayIdentity.of_this_process(config.queues, ())
+        self.identity = RelayIdentity.of_this_process(config.queues)
         self.heartbeat = Heartbeat(
             self._heartbeat_store,
             schema=config.schema,

@@ -40,17 +40,15 @@ class RelayIdentity:
     """Who a relay is in the register."""
 
     queues: tuple[str, ...]
-    bots: tuple[str, ...]
     id: str = ""
     host: str = ""
     pid: int = 0
     version: str = ""
 
     @classmethod
-    def of_this_process(cls, queues: Sequence[str], bots: Sequence[str]) -> RelayIdentity:
+    def of_this_process(cls, queues: Sequence[str]) -> RelayIdentity:
         return cls(
             queues=tuple(queues),
-            bots=tuple(bots),
             id=secrets.token_hex(8),
             host=socket.gethostname(),
             pid=os.getpid(),
