@@ -1,19 +1,14 @@
 """The relay's bots: a lane per bot, made and retired as the relay's source of bots changes.
 
-Each lane has its own sender, flood control, send pool and claim (``outbox.relay.claimer``),
-which claims the rows that name the bot against the bot's budget in ``bot_holati``. The lanes
-share everything that costs a connection: the claim, record, heartbeat and listen connections,
-the completer, maintenance; a relay keeps as many connections with a thousand bots as with one.
+Each lane has its own sender, flood control, send pool and claim (``outbox.relay.claimer``)
+against the bot's budget in ``bot_holati``; the lanes share the relay's connections, completer
+and maintenance, so a relay keeps as many connections with a thousand bots as with one. The
+bots come from a token (``TELEGRAM_BOT_TOKEN``: a set of one bot, whose lane also takes the rows
+that name no bot) or a folder of tokens (``--tokens-dir``, read again while the relay runs).
 
-A relay's bots come from a token (``TELEGRAM_BOT_TOKEN``: a set of one bot, whose lane also
-takes the rows that name no bot) or a folder of tokens (``--tokens-dir``: read again while the
-relay runs). Every relay started on the same tokens serves every bot in them: the claim's lock
-on the bot's state row takes their claims in turn and keeps the bot's limits and pause for the
-whole fleet.
-
-A token Telegram rejects (401) stops its lane alone: the lane claims nothing more, its claimed
-rows go back untouched, and the register says so (``relaylar.rad_botlar``) until its file holds
-a new token. A relay with no lane left stops with one line.
+A token Telegram rejects (401) stops its lane alone: its claimed rows go back untouched, and the
+register says so (``relaylar.rad_botlar``) until its file holds a new token. A relay with no
+lane left stops with one line.
 """
 
 from __future__ import annotations
