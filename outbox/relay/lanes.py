@@ -288,7 +288,9 @@ class Lanes:
             lane.bot,
             lane.token.file,
         )
-        if all(other.state is LaneState.REJECTED for other in self.lanes.values()):
+        # A retired lane (its file changed) that hears a 401 on its way out ends nothing.
+        current = self.lanes.get(lane.bot) is lane
+        if current and all(other.state is LaneState.REJECTED for other in self.lanes.values()):
             self._on_none_left(
                 TelegramUnauthorized(
                     f"Telegram rejected the bot token (check {lane.token.file}); relay stopped"
