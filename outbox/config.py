@@ -15,20 +15,12 @@ from outbox.telegram import DEFAULT_API_URL
 
 __all__ = ["RelayConfig", "read_token", "telegram_api_url"]
 
-DEFAULT_CONCURRENCY = 128  # sends in flight: 1,280/s against a 100 ms Bot API round trip
-# Rows a claim takes at most. The claim walks each of the 21 priorities (queries.claim), about
-# 1 ms of the server's time a claim whatever its size: 128 rows a claim cost 35 us a row where
-# 64 cost 46 (a claim beside 12,800 due rows, prepared, no chat limits).
-DEFAULT_BATCH_SIZE = 128
+DEFAULT_CONCURRENCY = 128  # sends in flight
+DEFAULT_BATCH_SIZE = 128  # rows a claim takes at most: a claim's cost is mostly per claim
 # Rows claimed beyond the free send slots, at most, so that a slot that frees up starts its next
-# send at once instead of waiting for a claim round trip (which includes the commit's disk
-# flush). The relay claims ahead only what it will start within about 25 ms at its current pace
-# (a claimed row that waits longer is checked again in the database before it is sent): a
-# whole claim at database speed, about 20 through python-telegram-bot, none while sends are
-# stalled. A whole claim, so that the next claim runs while the outcomes of the last are
-# written: with half of one (64), claim and write took turns (14,000 msg/s on the database
-# path against 18,000; bench part 3). Rows claimed ahead are not sent, so the crash bound of
-# messages sent without their marker stays the concurrency.
+# send at once, and the next claim runs while the outcomes of the last are written. Rows claimed
+# ahead are not sent, so the crash bound of messages sent without their marker stays the
+# concurrency.
 DEFAULT_CLAIM_AHEAD = DEFAULT_BATCH_SIZE
 DEFAULT_SLOT_HORIZON = 0.3  # seconds
 DEFAULT_POLL_INTERVAL = 30.0

@@ -11,8 +11,7 @@ is flood control's (``outbox.relay.flood``).
 Telegram counts arrival times, and two requests can travel unevenly (event-loop lag, a busy
 network): spaced exactly 1 s apart at the sender they may arrive 0.99 s apart and the second is
 refused. So each chat's spacing gets ``chat_margin`` on top; the per-bot default (28/s against
-Telegram's 30/s) has its margin built in: at 29/s, two bots' relays on a busy 2-core machine
-had about 2 % of their requests refused, with bunched arrivals; at 28/s none (bench part 6).
+Telegram's 30/s) has its margin built in.
 """
 
 from __future__ import annotations

@@ -1,4 +1,10 @@
-"""The retry policy: a pure function from (attempts, failure) to the row's next state."""
+"""The retry policy: the one home of attempts, "max attempts then xato", backoff and expiry.
+
+Each function is pure: of (now, the row's facts, what happened) to a ``Decision``, which the
+outcome write applies as it is. Times are seconds on one clock of the caller's (the relay uses
+its event loop's); the reaper, which decides for many rows at once in SQL, gets
+``max_attempts`` from here as a parameter.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +14,7 @@ from dataclasses import dataclass
 from outbox.classify import Failure, FailureKind
 from outbox.states import FailureCode, State
 
-__all__ = ["Decision", "RetryPolicy", "decide"]
+__all__ = ["Decision", "RetryPolicy", "RowFacts", "decide", "expiry", "hand_back"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,26 +38,54 @@ class RetryPolicy:
 
 
 @dataclass(frozen=True, slots=True)
+class RowFacts:
+    """What the decisions need to know of a claimed row."""
+
+    attempts: int  # urinish after its claim: the claim counts every attempt
+    expires_at: float | None = None  # when it may no longer be sent (None: never)
+
+
+@dataclass(frozen=True, slots=True)
 class Decision:
     state: State
-    delay_seconds: float
-    error: str
-    code: FailureCode  # xato_turi: the failure's own, or too_many_attempts when giving up
+    attempts: int  # urinish the row keeps: the claim's, or one less for an attempt not made
+    delay_seconds: float | None = None  # kutmoqda: due in this long; None keeps its time
+    error: str | None = None
+    code: FailureCode | None = None  # xato_turi, with ``error``
 
 
-def decide(policy: RetryPolicy, attempts: int, failure: Failure) -> Decision:
-    """What happens to a row after its ``attempts``-th claim failed with ``failure``.
+def expiry(now: float, row: RowFacts) -> Decision | None:
+    """The row's expiry has come: it fails without being sent (None: it has not)."""
+    if row.expires_at is None or now < row.expires_at:
+        return None
+    return Decision(
+        State.FAILED, row.attempts, None, "expired before it could be sent", FailureCode.EXPIRED
+    )
 
-    Unauthorized failures never reach here (the relay releases the row and stops). A migrated
-    failure reaches here only when the resend to the group's new chat migrated again: the
-    relay resends once per attempt, so this one counts as a transient failure, and the retry
-    starts from the chat the group first moved to (written into the payload with the outcome).
+
+def hand_back(now: float, row: RowFacts, delay: float | None = None) -> Decision:
+    """Back to the queue unsent (shutdown, a rejected token, late for its slot): the attempt
+    is not counted. ``delay`` None keeps the row's time, and so its place in line."""
+    due = now + (delay or 0.0)
+    if (expired := expiry(due, row)) is not None:
+        return expired
+    return Decision(State.PENDING, max(row.attempts - 1, 0), delay if delay and delay > 0 else None)
+
+
+def decide(policy: RetryPolicy, now: float, row: RowFacts, failure: Failure) -> Decision:
+    """What happens to a row whose send failed with ``failure``.
+
+    Unauthorized failures never reach here (the row is handed back). A migrated failure reaches
+    here only when the resend to the group's new chat migrated again: it counts as transient.
     """
+    n = row.attempts
     if failure.kind is FailureKind.PERMANENT:
-        return Decision(State.FAILED, 0.0, failure.reason, failure.code)
-    if attempts >= policy.max_attempts:
-        reason = f"{failure.reason} (gave up after {attempts} attempts)"
-        return Decision(State.FAILED, 0.0, reason, FailureCode.TOO_MANY_ATTEMPTS)
-    delay = max(policy.backoff(attempts), failure.retry_after)
-    reason = f"{failure.reason}; attempt {attempts} failed"
-    return Decision(State.PENDING, delay, reason, failure.code)
+        return Decision(State.FAILED, n, None, failure.reason, failure.code)
+    if n >= policy.max_attempts:
+        reason = f"{failure.reason} (gave up after {n} attempts)"
+        return Decision(State.FAILED, n, None, reason, FailureCode.TOO_MANY_ATTEMPTS)
+    delay = max(policy.backoff(n), failure.retry_after)
+    if row.expires_at is not None and now + delay >= row.expires_at:
+        reason = f"{failure.reason}; its expiry comes before another attempt"
+        return Decision(State.FAILED, n, None, reason, FailureCode.EXPIRED)
+    return Decision(State.PENDING, n, delay, f"{failure.reason}; attempt {n} failed", failure.code)

@@ -72,8 +72,7 @@ class _SpreadRequest(BaseRequest):
     httpcore walks every connection of its pool when a request starts and when a response ends,
     and asks each idle one whether its socket is still open. With the relay's 64 or more
     connections in one pool that walk costs more CPU than the rest of python-telegram-bot
-    together (about 10 ms a message against a Bot API answering in 100 ms, instead of about
-    1.3 ms). Pools of a few connections keep the walk short. Each request goes to the pool with
+    together. Pools of a few connections keep the walk short. Each request goes to the pool with
     the fewest requests in flight, so none waits for a connection while another pool has one
     free; errors are python-telegram-bot's own, raised by ``HTTPXRequest``.
     """
@@ -92,7 +91,7 @@ class _SpreadRequest(BaseRequest):
     ) -> _SpreadRequest:
         count = max(1, math.ceil(connections / cls.CONNECTIONS_PER_POOL))
         size = math.ceil(connections / count)
-        # One TLS context for all pools: building one loads the CA bundle (about 25 ms).
+        # One TLS context for all pools: building one loads the CA bundle.
         tls = httpx.create_ssl_context()
         return cls(
             [

@@ -170,7 +170,6 @@ def send_pool(
         sender,
         concurrency=concurrency,
         limits=fleet_limits(limits, horizon=1.0),
-        grace_seconds=10.0,
         retry=RetryPolicy(),
         flood=flood or FloodControl(schema="public"),
         completer=completer,

@@ -142,7 +142,7 @@ def test_outcomes_are_written_through_the_primary_key(db_url: str) -> None:
         for _ in range(30):
             rows = conn.execute(_CLAIM_64).fetchall()
             done = [queries.Outcome(r[0], r[1], State.DONE, claimed_at=r[2]) for r in rows]
-            conn.execute(*record_statement(done, schema="public"))
+            conn.execute(*_record(done))
         rows = conn.execute(_CLAIM_64).fetchall()
         outcomes = [
             queries.Outcome(
@@ -150,7 +150,7 @@ def test_outcomes_are_written_through_the_primary_key(db_url: str) -> None:
             )
             for r in rows
         ]
-        nodes = _explain(conn, *record_statement(outcomes, schema="public"))
+        nodes = _explain(conn, *_record(outcomes))
     reads = [
         n for n in nodes if n.get("Relation Name") == "outbox" and n["Node Type"] != "ModifyTable"
     ]
@@ -200,3 +200,9 @@ def test_revision_0012_swaps_the_indexes_and_keeps_every_row(db_url: str) -> Non
     # outbox_0014: one claim index for the lanes' rows, named or not.
     assert "outbox_claim_idx" in new_indexes
     assert {"outbox_ustuvorlik_idx", "outbox_bot_ustuvorlik_idx"}.isdisjoint(new_indexes)
+
+
+def _record(outcomes: list[queries.Outcome]) -> tuple[str, dict[str, Any]]:
+    """The outcome write of ``outcomes`` as psycopg runs it."""
+    name, params = record_statement(outcomes)
+    return named.sql(name, "public"), params

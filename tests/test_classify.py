@@ -19,7 +19,7 @@ from telegram import error as tg
 from telegram.request import HTTPXRequest
 
 from outbox.classify import Failure, FailureKind, MalformedPayload, classify
-from outbox.retry import RetryPolicy, decide
+from outbox.retry import RetryPolicy, RowFacts, decide, expiry, hand_back
 from outbox.states import FailureCode, State
 from outbox.telegram import send_message_args
 from tests.conftest import TEST_TOKEN
@@ -293,7 +293,7 @@ def flood(seconds: float) -> Failure:
 
 def test_lesson_schedule_two_then_four_seconds_then_xato() -> None:
     policy = RetryPolicy()
-    first, second, third = (decide(policy, n, TRANSIENT) for n in (1, 2, 3))
+    first, second, third = (decide(policy, 0.0, RowFacts(n), TRANSIENT) for n in (1, 2, 3))
     assert (first.state, first.delay_seconds) == (State.PENDING, 2.0)
     assert (second.state, second.delay_seconds) == (State.PENDING, 4.0)
     assert third.state is State.FAILED
@@ -303,10 +303,10 @@ def test_lesson_schedule_two_then_four_seconds_then_xato() -> None:
 
 
 def test_permanent_failure_is_xato_at_the_first_attempt() -> None:
-    decision = decide(RetryPolicy(), 1, PERMANENT)
+    decision = decide(RetryPolicy(), 0.0, RowFacts(1), PERMANENT)
     assert (decision.state, decision.delay_seconds, decision.error, decision.code) == (
         State.FAILED,
-        0.0,
+        None,
         PERMANENT.reason,
         FailureCode.BLOCKED,
     )
@@ -319,32 +319,65 @@ def test_permanent_failure_is_xato_at_the_first_attempt() -> None:
 def test_retry_after_is_a_floor_on_the_backoff(
     attempts: int, retry_after: float, delay: float
 ) -> None:
-    decision = decide(RetryPolicy(), attempts, flood(retry_after))
+    decision = decide(RetryPolicy(), 0.0, RowFacts(attempts), flood(retry_after))
     assert (decision.state, decision.delay_seconds) == (State.PENDING, delay)
 
 
 def test_429_on_the_last_attempt_is_xato() -> None:
-    assert decide(RetryPolicy(), 3, flood(1)).state is State.FAILED
+    assert decide(RetryPolicy(), 0.0, RowFacts(3), flood(1)).state is State.FAILED
 
 
 def test_policy_is_configurable() -> None:
     policy = RetryPolicy(max_attempts=5, base_seconds=0.5, max_delay_seconds=3.0)
-    delays = [decide(policy, n, TRANSIENT).delay_seconds for n in range(1, 5)]
+    delays = [decide(policy, 0.0, RowFacts(n), TRANSIENT).delay_seconds for n in range(1, 5)]
     assert delays == [0.5, 1.0, 2.0, 3.0]  # capped at max_delay_seconds
-    assert decide(policy, 5, TRANSIENT).state is State.FAILED
-    assert decide(RetryPolicy(max_attempts=1), 1, TRANSIENT).state is State.FAILED
+    assert decide(policy, 0.0, RowFacts(5), TRANSIENT).state is State.FAILED
+    assert decide(RetryPolicy(max_attempts=1), 0.0, RowFacts(1), TRANSIENT).state is State.FAILED
 
 
 def test_jitter_only_lengthens_and_stays_bounded() -> None:
     policy = RetryPolicy(jitter=0.5)
-    delays = {decide(policy, 2, TRANSIENT).delay_seconds for _ in range(200)}
-    assert all(4.0 <= d <= 6.0 for d in delays)
+    delays = {decide(policy, 0.0, RowFacts(2), TRANSIENT).delay_seconds for _ in range(200)}
+    assert all(d is not None and 4.0 <= d <= 6.0 for d in delays)
     assert len(delays) > 1
 
 
 def test_without_jitter_the_policy_is_a_pure_function() -> None:
     policy = RetryPolicy()
-    assert {decide(policy, 2, flood(3)) for _ in range(20)} == {decide(policy, 2, flood(3))}
+    row = RowFacts(2)
+    assert {decide(policy, 0.0, row, flood(3)) for _ in range(20)} == {
+        decide(policy, 0.0, row, flood(3))
+    }
+
+
+def test_a_retry_that_would_come_after_the_expiry_fails_the_row_now() -> None:
+    row = RowFacts(1, expires_at=10.0)
+    assert decide(RetryPolicy(), 7.0, row, TRANSIENT).state is State.PENDING  # due at 9
+    late = decide(RetryPolicy(), 8.5, row, TRANSIENT)  # would be due at 10.5
+    assert (late.state, late.code, late.attempts) == (State.FAILED, FailureCode.EXPIRED, 1)
+
+
+def test_an_expired_row_fails_unsent_and_a_row_without_expiry_never_expires() -> None:
+    assert expiry(9.9, RowFacts(1, expires_at=10.0)) is None
+    expired = expiry(10.0, RowFacts(2, expires_at=10.0))
+    assert expired is not None
+    assert (expired.state, expired.code, expired.attempts) == (State.FAILED, FailureCode.EXPIRED, 2)
+    assert expiry(1e12, RowFacts(1)) is None
+
+
+def test_a_row_handed_back_unsent_gets_its_attempt_back_and_keeps_its_place() -> None:
+    back = hand_back(0.0, RowFacts(2))
+    assert (back.state, back.attempts, back.delay_seconds, back.error) == (
+        State.PENDING,
+        1,
+        None,  # no delay: it keeps its time, and so its place in line
+        None,
+    )
+    assert hand_back(0.0, RowFacts(1), 0.0).delay_seconds is None
+    assert hand_back(0.0, RowFacts(1), 3.0).delay_seconds == 3.0
+    # Due again only after its expiry: it fails now instead.
+    gone = hand_back(0.0, RowFacts(1, expires_at=2.0), 3.0)
+    assert (gone.state, gone.code) == (State.FAILED, FailureCode.EXPIRED)
 
 
 @pytest.mark.parametrize("kwargs", [{"max_attempts": 0}, {"base_seconds": -1.0}, {"jitter": -0.1}])

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 
 from outbox import enqueue
 from outbox.classify import MAX_FLOOD_PAUSE
-from outbox.queries import announce_pause, claim_due, queue_timing
+from outbox.queries import announce_pause, bots_timing, claim_due
 from outbox.schema import pause_channel
 from outbox.telegram import bot_id_of
 from outbox_testing.fake_telegram import FakeTelegram
@@ -172,8 +172,8 @@ def test_a_pause_read_from_the_bots_state_is_capped(engine: sa.Engine, db_url: s
 
     async def read() -> float:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-            timing = await queue_timing(conn, ["default"], schema="public", horizon=1.0, bot=BOT)
-            return timing.paused
+            timing = await bots_timing(conn, [BOT], ["default"], schema="public", horizon=1.0)
+            return timing[BOT].paused
 
     assert asyncio.run(read()) == MAX_FLOOD_PAUSE
 

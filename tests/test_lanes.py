@@ -16,9 +16,9 @@ from outbox import enqueue, replay
 from outbox.queries import (
     ClaimLimits,
     Outcome,
+    bots_timing,
     claim_due,
     ensure_bot,
-    queue_timing,
     record_outcomes,
 )
 from outbox.queries.claim import RESERVED_SHARE
@@ -50,7 +50,7 @@ def hand_back(db_url: str, keys: Sequence[str]) -> None:
                 "SELECT id, urinish, band_vaqti FROM outbox WHERE kalit = ANY(%s)", (list(keys),)
             )
             outcomes = [
-                Outcome(i, n, State.PENDING, refund_attempt=True, claimed_at=at)
+                Outcome(i, n, State.PENDING, new_attempts=n - 1, claimed_at=at)
                 for i, n, at in await cursor.fetchall()
             ]
             assert await record_outcomes(conn, outcomes, schema=SCHEMA) == len(keys)
@@ -275,8 +275,16 @@ def test_a_relay_wakes_when_the_plan_says_a_peak_must_start(engine: sa.Engine, d
 
     async def timing(rate: float) -> float | None:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-            found = await queue_timing(conn, ["default"], schema=SCHEMA, horizon=1.0, rate=rate)
-            return found.next_due
+            found = await bots_timing(
+                conn,
+                ["default"],
+                ["default"],
+                schema=SCHEMA,
+                horizon=1.0,
+                rate=rate,
+                unnamed=[True],
+            )
+            return found["default"].next_due
 
     behind = asyncio.run(timing(28.0))
     assert behind is not None and behind <= 0

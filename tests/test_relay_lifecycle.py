@@ -1,7 +1,7 @@
 """The relay's stop, service by service, in the order docs/how-it-works.md draws: the claimer
-stops, the send pool drains within the grace while the completer keeps writing, the completer
-writes the rest, then flood control, the listener and maintenance; a second stop cuts
-the grace short."""
+stops, the lanes' send pools drain within the grace (each bot's flood control tells its last
+pause) while the completer keeps writing, the completer writes the rest, then the listener and
+maintenance; a second stop cuts the grace short."""
 
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from outbox.relay.service import Service
 from outbox.telegram import NullSender, SentMessage
 from tests.support import UNLIMITED, backends, eventually, row, text
 
-HELPERS = {"flood control", "listener", "maintenance"}
+HELPERS = {"listener", "maintenance"}
 
 
 class Gated(NullSender):
@@ -39,7 +39,7 @@ class Gated(NullSender):
 
 def record_ends(relay: Relay, ended: list[str], monkeypatch: pytest.MonkeyPatch) -> None:
     """Each service's name goes to ``ended`` when its ``run()`` returns."""
-    services: list[Service] = [relay.claimer, relay.send_pool, relay.completer, relay.flood]
+    services: list[Service] = [relay.claimer, relay.lanes, relay.completer]
     services += [relay.maintenance, *([relay.listener] if relay.listener else [])]
     for service in services:
         run: Callable[..., Awaitable[None]] = service.run
@@ -78,7 +78,7 @@ def test_services_stop_in_order_and_a_send_that_ends_in_the_grace_is_written(
             await eventually(lambda: sender.started and listening(engine), 20, "a send")
             relay.stop()
             await eventually(lambda: "claimer" in ended, 20, "the claimer to stop")
-            # The send pool drains within the grace: its send ends now, after the claimer.
+            # The lanes drain within the grace: its send ends now, after the claimer.
             assert ended == ["claimer"]
             sender.release.set()
             await asyncio.wait_for(runner, 30)
@@ -87,7 +87,7 @@ def test_services_stop_in_order_and_a_send_that_ends_in_the_grace_is_written(
             await eventually(lambda: not listening(engine), 20, "the listener to disconnect")
 
     asyncio.run(scenario())
-    assert ended[:3] == ["claimer", "send pool", "completer"], ended
+    assert ended[:3] == ["claimer", "lanes", "completer"], ended
     assert set(ended[3:]) == HELPERS, ended
     assert unwritten_when_the_completer_ended == [0]
     written = row(engine, "slow")
@@ -114,7 +114,7 @@ def test_a_second_stop_cuts_the_grace_short_and_keeps_the_order(
             await asyncio.wait_for(runner, 60)  # well before the 240 s grace
 
     asyncio.run(scenario())
-    assert ended[:3] == ["claimer", "send pool", "completer"], ended
+    assert ended[:3] == ["claimer", "lanes", "completer"], ended
     assert set(ended[3:]) == HELPERS, ended
     cut_off = row(engine, "stuck")
     assert (cut_off["holat"], cut_off["urinish"]) == ("kutmoqda", 1)
@@ -137,6 +137,6 @@ def test_a_poll_only_relay_stops_the_same_way_without_a_listener(
             await asyncio.wait_for(relay.run(drain=True), 30)
 
     asyncio.run(scenario())
-    assert ended[:3] == ["claimer", "send pool", "completer"], ended
+    assert ended[:3] == ["claimer", "lanes", "completer"], ended
     assert set(ended[3:]) == HELPERS - {"listener"}, ended
     assert row(engine, "polled")["holat"] == "bajarildi"

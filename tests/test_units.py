@@ -24,10 +24,10 @@ from outbox.queries.registry import RelayRecord
 from outbox.ratelimit import RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary
-from outbox.relay.bots import BotLanes, BotsClaimer, LaneState
-from outbox.relay.claimer import Claimer, ClaimPlan
+from outbox.relay.claimer import Claimer, ClaimPlan, LaneClaim
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.lanes import Lanes, LaneState
 from outbox.relay.store import Store
 from outbox.states import State
 from outbox.telegram import NullSender, SentMessage, send_message_args
@@ -162,18 +162,16 @@ def unwritten() -> tuple[Completer, RunSummary]:
     return completer, total
 
 
-def claimer(flood: FloodControl | None = None, **config: Any) -> Claimer:
-    """A claimer for sizing questions only: it never reaches its database."""
+def claimer(flood: FloodControl | None = None, **config: Any) -> LaneClaim:
+    """A lane's claim for sizing questions only: it never reaches its database."""
     cfg = RelayConfig(database_url="postgresql:///unused", **config)
-    completer, total = unwritten()
-    return Claimer(
+    return LaneClaim(
         Store(cfg.database_url, "claim", asyncio.Event()),
         cfg,
-        pool=send_pool(NullSender(), completer, total),
-        completer=completer,
-        flood=flood,
-        total=total,
+        flood=flood or FloodControl(schema="public"),
+        total=RunSummary(),
         stopping=asyncio.Event(),
+        takes_unnamed_rows=True,
     )
 
 
@@ -288,8 +286,9 @@ def test_a_row_late_for_the_moment_its_claim_reserved_goes_back_instead_of_crowd
     spaced = RateLimits(per_bot=0)  # the chat limits on, the per-bot limit off
     sender, recorded, total, _ = _one_row(spaced, waited=1.0)  # a second for a send slot
     assert sender.sent_at == []
-    assert [(o.state, o.delay_seconds, o.refund_attempt) for o in recorded] == [
-        (State.PENDING, 0.0, True)
+    # Back unsent, its attempt given back, keeping its time (and its place in line).
+    assert [(o.state, o.delay_seconds, o.new_attempts) for o in recorded] == [
+        (State.PENDING, None, 0)
     ]
     assert total.deferred == 1
     # On time, it goes; and with no limits at all no moment was reserved: it goes late too.
@@ -309,8 +308,8 @@ def test_a_send_that_meets_flood_control_goes_back_until_the_pause_ends() -> Non
     sender, recorded, total, _ = _one_row(RateLimits(), waited=0.0, paused=1.0)
     assert sender.sent_at == []
     [back] = recorded
-    assert (back.state, back.refund_attempt) == (State.PENDING, True)
-    assert 0.5 < back.delay_seconds <= 1.0  # due when the pause ends
+    assert (back.state, back.new_attempts) == (State.PENDING, 0)
+    assert back.delay_seconds is not None and 0.5 < back.delay_seconds <= 1.0  # pause's end
     assert total.deferred == 1
 
 
@@ -348,20 +347,28 @@ def test_the_relays_table_names_a_few_bots_and_counts_many() -> None:
 
 
 class _Lanes:
-    """The bots of a folder as a round of the tokens-dir claimer sees them."""
+    """The lanes of a relay as a round of its claimer sees them."""
 
     def __init__(self, *lanes: SimpleNamespace) -> None:
-        self.wakeup = asyncio.Event()
         self.all = lanes
+        self.in_flight = 0
 
     def serving(self) -> list[SimpleNamespace]:
         return [lane for lane in self.all if lane.state is LaneState.SERVING]
 
 
 def _lane(bot: str, state: LaneState) -> SimpleNamespace:
-    claimer = SimpleNamespace(settle=lambda timing, deferred_until: None, held=False)
+    claim = SimpleNamespace(
+        settle=lambda timing, deferred_until: None, held=False, takes_unnamed_rows=False
+    )
     pool = SimpleNamespace(in_flight=0, deferred_until=0.0)
-    return SimpleNamespace(bot=bot, state=state, claimer=claimer, pool=pool, blocked_until=0.0)
+    return SimpleNamespace(
+        bot=bot,
+        state=state,
+        claim=claim,
+        pool=pool,
+        serving=True,  # a lane the round visits serves until told otherwise
+    )
 
 
 def test_a_bot_that_starts_serving_during_a_round_is_looked_at_before_a_drain_ends() -> None:
@@ -370,20 +377,23 @@ def test_a_bot_that_starts_serving_during_a_round_is_looked_at_before_a_drain_en
     round never looked at it, and no bot was starting any more."""
     idle_bot, late_bot = _lane("1001", LaneState.SERVING), _lane("1002", LaneState.STARTING)
     lanes = _Lanes(idle_bot, late_bot)
-    claimer = BotsClaimer(
-        cast(BotLanes, lanes),
+    completer, _ = unwritten()
+    claimer = Claimer(
+        cast(Lanes, lanes),
         cast(Store, None),
         RelayConfig(database_url="postgresql:///unused"),
+        completer=completer,
         stopping=asyncio.Event(),
+        wakeup=asyncio.Event(),
     )
     asked: list[list[str]] = []
 
-    async def timings(bots: list[str]) -> dict[str, queries.QueueTiming]:
-        asked.append(bots)
+    async def timings(serving: list[Any]) -> dict[str, queries.QueueTiming] | None:
+        asked.append([lane.bot for lane in serving])
         late_bot.state = LaneState.SERVING  # its getMe answered meanwhile
         return {}  # the idle bot has nothing pending
 
-    claimer._timings = timings  # type: ignore[method-assign]
+    claimer._timings = timings  # type: ignore[method-assign,assignment]
     again, _, _ = asyncio.run(claimer.round())
     assert asked == [["1001"]]
     assert again  # the next round, at once, looks at both

@@ -72,7 +72,8 @@ def test_the_claim_returns_its_rows_by_name(db_url: str, engine: sa.Engine) -> N
         api.enqueue(conn, key="k1", payload={"chat_id": 7, "text": "hi"}, kind="t")
     # The claim's RETURNING list names every field of ClaimedRow.
     returning = sql.source("claim_take").rsplit("RETURNING", 1)[1]
-    assert re.findall(r"AS (\w+)(?:,|$)", returning, re.MULTILINE) == list(queries.ClaimedRow._fields)
+    names = re.findall(r"AS (\w+)(?:,|$)", returning, re.MULTILINE)
+    assert names == list(queries.ClaimedRow._fields)
 
     async def claim() -> list[queries.ClaimedRow]:
         conn = await async_connect(db_url)

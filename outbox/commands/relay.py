@@ -297,6 +297,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
 def _cmd_relay(args: argparse.Namespace) -> int:
     from outbox.progress import drain_progress, on_terminal  # noqa: PLC0415
     from outbox.relay import Relay  # noqa: PLC0415 - heavy imports only for the relay
+    from outbox.relay.lanes import BotSource, GivenBots, TokenBots  # noqa: PLC0415
     from outbox.relay.tokens import TokenFolder  # noqa: PLC0415
     from outbox.telegram import TelegramPool, TelegramSender  # noqa: PLC0415
 
@@ -309,31 +310,21 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     config = dataclasses.replace(settings, database_url=database_url(args))
     if config.listen_database_url is not None:
         logging.getLogger("outbox").info("LISTEN on %s", redact_url(config.listen_database_url))
-    pool_size, read_timeout = config.concurrency, config.telegram_timeout
+    size, timeout = config.concurrency, config.telegram_timeout
+    bots: BotSource
+    if token is None:
+        pool = TelegramPool(api_url=api_url, pool_size=size, read_timeout=timeout)
+        bots = TokenBots(TokenFolder(args.tokens_dir), pool)
+        which = f"the bots of the tokens in {args.tokens_dir}"
+    else:
+        sender = TelegramSender(token, api_url=api_url, pool_size=size, read_timeout=timeout)
+        bots, which = GivenBots([sender]), f"bot {sender.bot_id}"
     # Which Bot API, said once: a relay pointed at the fake (or a local Bot API server) by a
     # leftover variable is seen at once. The token is part of every request URL, never of this.
-    shown_api = redact(api_url.rstrip("/"))
-    if token is None:
-        logging.getLogger("outbox.relay").info(
-            "Bot API %s, the bots of the tokens in %s", shown_api, args.tokens_dir
-        )
-    else:
-        sender = TelegramSender(
-            token, api_url=api_url, pool_size=pool_size, read_timeout=read_timeout
-        )
-        logging.getLogger("outbox.relay").info("Bot API %s, bot %s", shown_api, sender.bot_id)
+    logging.getLogger("outbox.relay").info("Bot API %s, %s", redact(api_url.rstrip("/")), which)
 
     async def run() -> int:
-        if token is None:
-            relay = Relay(
-                config,
-                tokens=TokenFolder(args.tokens_dir),
-                telegram=TelegramPool(
-                    api_url=api_url, pool_size=pool_size, read_timeout=read_timeout
-                ),
-            )
-        else:
-            relay = Relay(config, sender)
+        relay = Relay(config, bots)
         _stop_on_signals(relay, grace=config.grace_seconds)
         try:
             with _metrics(relay, args):

@@ -94,7 +94,7 @@ from outbox.queries.status import (
     lane_figures,
     queue_status,
 )
-from outbox.queries.timing import QueueTiming, bots_timing, queue_timing
+from outbox.queries.timing import QueueTiming, bots_timing
 
 if TYPE_CHECKING:
     from outbox.queries._common import AsyncAppConn as AsyncAppConn
@@ -152,7 +152,6 @@ __all__ = [
     "pause",
     "prune",
     "queue_status",
-    "queue_timing",
     "reap_stale",
     "record_outcomes",
     "relay_heartbeat",

@@ -15,7 +15,8 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from outbox.queries._common import AsyncConn, SyncConn, _execute, _sql
+from outbox import sql
+from outbox.queries._common import AsyncConn, SyncConn, _execute
 from outbox.vocabulary import RELAY
 
 __all__ = [
@@ -31,20 +32,7 @@ __all__ = [
 # Heartbeats a relay may miss before it is called gone (with the default 5 s interval: 20 s).
 MISSED_BEATS = 4
 
-# --- the relay's own row (psycopg, the relay's connection) -------------------------------------
-
-# Insert on the first beat, and again if maintenance forgot the row while the relay could not
-# reach the database for a long time; update on every other beat.
-_HEARTBEAT = """
-INSERT INTO {relaylar}
-    (id, host, pid, versiya, navbatlar, botlar, rad_botlar, signal_oraligi, jarayonda, jami)
-VALUES (%(id)s, %(host)s, %(pid)s, %(version)s, %(queues)s, %(bots)s, %(rejected)s,
-        %(interval)s, %(in_flight)s, %(totals)s::jsonb)
-ON CONFLICT (id) DO UPDATE
-SET oxirgi_signal = now(), jarayonda = EXCLUDED.jarayonda, jami = EXCLUDED.jami,
-    -- A relay with a folder of tokens gains and loses bots while it runs.
-    botlar = EXCLUDED.botlar, rad_botlar = EXCLUDED.rad_botlar
-"""
+# --- the relay's own row (psycopg, the relay's connection; outbox/sql/heartbeat.sql) -----------
 
 
 async def relay_heartbeat(
@@ -63,40 +51,30 @@ async def relay_heartbeat(
     rejected_bots: Sequence[str] = (),
 ) -> None:
     """Register the relay, or say that it is still alive and what it has done."""
-    await conn.execute(
-        _sql(_HEARTBEAT, schema),
-        {
-            "id": relay_id,
-            "host": host,
-            "pid": pid,
-            "version": version,
-            "queues": list(queues),
-            "bots": list(bots),
-            "rejected": list(rejected_bots),
-            "interval": interval,
-            "in_flight": in_flight,
-            "totals": json.dumps(dict(totals)),
-        },
-    )
-
-
-_FORGET_RELAY = "DELETE FROM {relaylar} WHERE id = %(id)s"
+    params = {
+        "id": relay_id,
+        "host": host,
+        "pid": pid,
+        "version": version,
+        "queues": list(queues),
+        "bots": list(bots),
+        "rejected": list(rejected_bots),
+        "interval": interval,
+        "in_flight": in_flight,
+        "totals": json.dumps(dict(totals)),
+    }
+    await sql.execute(conn, "relay_heartbeat", schema=schema, params=params)
 
 
 async def forget_relay(conn: AsyncConn, *, schema: str, relay_id: str) -> None:
     """A relay that stops cleanly takes its row with it."""
-    await conn.execute(_sql(_FORGET_RELAY, schema), {"id": relay_id})
-
-
-_FORGET_GONE = """
-DELETE FROM {relaylar} WHERE oxirgi_signal < now() - make_interval(secs => %(after)s)
-"""
+    await sql.execute(conn, "forget_relay", schema=schema, params={"id": relay_id})
 
 
 async def forget_gone_relays(conn: AsyncConn, *, schema: str, after_seconds: float) -> int:
     """Delete the rows of relays silent for longer than ``after_seconds``; how many."""
-    cursor = await conn.execute(_sql(_FORGET_GONE, schema), {"after": after_seconds})
-    return cursor.rowcount
+    params = {"after": after_seconds}
+    return await sql.execute(conn, "forget_gone_relays", schema=schema, params=params)
 
 
 # --- reading (operator commands and the web page, SQLAlchemy) ----------------------------------

@@ -2,8 +2,8 @@
 
 A few small services, each in its own module, wired by ``Relay``::
 
-    Claimer --rows--> SendPool --outcome--> Completer --written--> (slot freed) --> Claimer
-    FloodControl (the bot's pause)   Listener (wake-ups)   Maintenance: Reaper, Retention
+    Claimer --rows--> Lanes (a SendPool per bot) --outcome--> Completer --written--> Claimer
+    FloodControl (per bot)   Listener (wake-ups)   Maintenance: Reaper, Retention
 
 Each has ``run()`` until ``stop()`` (``outbox.relay.service``); ``Relay`` stops them in order.
 """

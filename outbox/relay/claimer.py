@@ -1,40 +1,53 @@
-"""The claimer: how many rows to claim and when, the claims themselves, and when a drain ends.
+"""The claimer: one loop that claims for every bot (lane) of the relay, and decides when a drain
+ends.
 
-Claims are sized to the free send slots, plus a few rows claimed ahead so that a slot that
-frees up starts its next send at once, and no more than the bot's rate limit lets go soon.
-Between claims the claimer sleeps until the earliest due row, a wake-up (NOTIFY, a finished
-send, a written retry), or the poll interval.
+Each round asks once which bots have work and when (``queries.bots_timing``: an index probe per
+bot and queue, so an idle bot costs the round almost nothing), then claims for each lane that
+has due work, starting one lane further on each round, so that a bot with a deep backlog takes
+its turn and no more. A lane's claims are sized to its free send slots, plus a few rows claimed
+ahead so that a slot that frees up starts its next send at once. Between rounds the claimer
+sleeps until the earliest due row, a wake-up (NOTIFY, a finished send, a written retry, a bot
+that starts serving), or the poll interval.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import math
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from outbox import queries
 from outbox.config import RelayConfig
 from outbox.ratelimit import RateLimits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
-from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, SendPool
+from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 
-__all__ = ["DEFER_SLACK", "ClaimPlan", "Claimer", "fleet_limits"]
+if TYPE_CHECKING:
+    from outbox.relay.lanes import Lane, Lanes
 
-# Rows claimed ahead of the free send slots should start well within RECHECK_AFTER, so the
-# claimer claims ahead only what it starts within half of it at the rate its slots have been
-# freeing up (and at most config.claim_ahead). The rate is measured over windows of this length.
+__all__ = ["DEFER_SLACK", "ClaimPlan", "Claimer", "LaneClaim", "fleet_limits"]
+
+# Rows claimed ahead of the free send slots should start well within RECHECK_AFTER, so a lane
+# claims ahead only what it starts within half of it at the rate its slots have been freeing up
+# (and at most config.claim_ahead). The rate is measured over windows of this length.
 _AHEAD_WINDOW = RECHECK_AFTER / 2
 _RATE_WINDOW = 0.1
 # Rows this relay handed back fall due a moment after it decided (their time is set when the
 # write commits): a drain gives them that moment before it ends.
 DEFER_SLACK = 0.5
-
 # Due rows that stay locked by another transaction are looked at after 10 ms, then 20 ms, ...
 _BUSY_BACKOFF_START = 0.01
 _BUSY_BACKOFF_MAX = 0.5
+# How often the bots' source (a folder of tokens) is looked at for added and removed bots.
+LOOK_INTERVAL = 2.0
+_LATE = 0.002  # wait a hair past a due moment, so that the claim finds the row due
+_UNKNOWN = queries.QueueTiming(0.0, 0.0, True)
+_NOTHING = queries.QueueTiming(None, 0.0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,46 +56,35 @@ class ClaimPlan:
     wait: float  # seconds to wait for a wake-up when the claim does not fill up (or is none)
 
 
-class Claimer:
-    """Claims due rows for a send pool, sized to its free slots and the bot's rate limit."""
+class LaneClaim:
+    """One lane's claims: their size, the lane's queues in turn, and its busy back-off."""
 
     def __init__(
         self,
         store: Store,
         config: RelayConfig,
         *,
-        pool: SendPool,
-        completer: Completer,
+        flood: FloodControl,
         total: RunSummary,
         stopping: asyncio.Event,
-        flood: FloodControl | None = None,
-        wakeup: asyncio.Event | None = None,
-        bot_rows: bool = False,
+        takes_unnamed_rows: bool,
     ) -> None:
-        self.name = "claimer"
-        # True: the rows that name the flood control's bot only (a lane of a relay with a
-        # folder of tokens); False: also the rows that name no bot (a relay with one token).
-        self._bot_rows = bot_rows
         self._store = store
         self._config = config
-        self._pool = pool
-        self._completer = completer
-        self._flood = flood or FloodControl(schema=config.schema)
-        self._claim_limits = fleet_limits(config.rate_limits, config.slot_horizon)
-        self._bot_known = False  # the bot's state row exists
-        self._held = False  # due rows wait for their chat, the bot's budget or a pause
-        self._next_queue = 0
+        self._flood = flood
         self._total = total
-        # Set by stop(): no new claims, and so no new sends; the stores stop retrying.
         self._stopping = stopping
-        # Set by whoever makes work (a NOTIFY, a freed slot, a written retry, a reap, stop()).
-        self._wakeup = wakeup or asyncio.Event()
+        # The claim's bot_rows: False also claims the rows that name no bot.
+        self.takes_unnamed_rows = takes_unnamed_rows
+        self._limits = fleet_limits(config.rate_limits, config.slot_horizon)
+        self._bot_known = False  # the bot's state row exists
+        self._next_queue = 0
+        self.held = False  # due rows wait for their chat, the bot's budget or a pause
+        self.blocked_until = 0.0  # loop time: due rows locked by another claim, look later
         self._busy_backoff = _BUSY_BACKOFF_START
         self._release_rate = 0.0  # outcomes written (send slots freed) per second, lately
         self._rate_measured_at = 0.0
         self._rate_measured_count = 0
-
-    # --- sizing --------------------------------------------------------------------------------
 
     def claim_ahead(self, now: float, written: int) -> int:
         """How many rows to claim beyond the free send slots, given the outcomes written so
@@ -99,66 +101,43 @@ class Claimer:
         config = self._config
         ahead = self.claim_ahead(now, written)
         free = config.concurrency + ahead - in_flight
-        # Claim once half the rows claimed ahead have started, so that claims (each a commit)
-        # stay large; with nothing claimed ahead, claim for every free slot.
+        # Once half the rows claimed ahead have started, so that claims (each a commit) stay
+        # large. The bot's rate limit is the claim's own, kept in the database.
         min_claim = max(1, ahead // 2)
-        # The bot's rate limit is the claim's: it reserves the fleet's send slots in the
-        # database and takes no more rows than those (queries.claim_due).
         paused = self._flood.paused_for(now)
         if paused > 0:
-            # Flood control: this bot must not send; claim nothing until the pause ends.
-            return ClaimPlan(0, paused)
+            return ClaimPlan(0, paused)  # flood control: nothing until the pause ends
         if free >= min_claim:
             return ClaimPlan(min(free, config.batch_size), config.poll_interval)
         return ClaimPlan(0, config.poll_interval)
 
-    # --- the loop ------------------------------------------------------------------------------
+    def settle(self, timing: queries.QueueTiming, *, deferred_until: float) -> float | None:
+        """Take in the timing of this lane's rows: seconds until there may be work (None:
+        none), counting the rows its pool handed back; a pause it reports pauses the bot."""
+        now = asyncio.get_running_loop().time()
+        self.held = timing.due_now
+        if timing.paused:
+            self._flood.read(timing.paused, now)  # another relay of the bot was told to wait
+        next_due = timing.next_due
+        own_deferred = deferred_until + DEFER_SLACK - now
+        if own_deferred > 0 and (next_due is None or next_due > own_deferred):
+            next_due = own_deferred  # rows this relay handed back are its own work
+        return next_due
 
-    async def run(self, *, drain: bool = False) -> None:
-        """Claim for the send pool, whose slots free up as the completer writes their
-        outcomes, until ``stop()`` (with ``drain``: until nothing is due or held)."""
-        pool, completer = self._pool, self._completer
-        loop = asyncio.get_running_loop()
-        while not self._stopping.is_set():
-            # Cleared before this round's awaits, not after them: a NOTIFY, a finished send or a
-            # stop() that comes while the round claims or asks the database must still wake
-            # the wait below, or the relay would sleep through it until the timeout.
-            self._wakeup.clear()
-            plan = self.plan(loop.time(), in_flight=pool.in_flight, written=completer.written)
-            timeout = plan.wait
-            if plan.want:
-                rows = await self.claim(plan.want)
-                pool.start(rows, loop.time())
-                if len(rows) == plan.want:
-                    self.took()
-                    await asyncio.sleep(0)  # let the sends start before claiming more
-                    continue
-                idle = not pool.in_flight
-                if idle:
-                    # Retries written now count for the next due time.
-                    await completer.write_pending()
-                next_due = await self.next_due(
-                    claimed=bool(rows), deferred_until=pool.deferred_until
-                )
-                nothing_due = next_due is None or (next_due > 0 and not self._held)
-                deferred_done = pool.deferred_until + DEFER_SLACK <= loop.time()
-                if drain and not pool.in_flight and nothing_due and deferred_done:
-                    return
-                if next_due is not None:
-                    # A hair late rather than early, so that the claim finds the row due.
-                    timeout = min(timeout, max(next_due, 0.0) + 0.002)
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._wakeup.wait(), timeout)
+    def skipped(self) -> float:
+        """Due rows the claim did not get (another transaction holds them locked): seconds to
+        wait before looking again, twice as long each time in a row (capped low, so that rows
+        due later do not wait behind a row someone keeps locked)."""
+        wait = self._busy_backoff
+        self._busy_backoff = min(self._busy_backoff * 2, _BUSY_BACKOFF_MAX)
+        return wait
 
-    def stop(self) -> None:
-        """No new claims, and no new sends: the first step of every stop."""
-        self._stopping.set()
-        self._wakeup.set()
-
-    # --- database steps (the store deals with a lost or unusable database) ----------------
+    def took(self) -> None:
+        """The claim got rows: the next skip waits the least again."""
+        self._busy_backoff = _BUSY_BACKOFF_START
 
     async def claim(self, limit: int) -> list[queries.ClaimedRow]:
-        """Claim up to ``limit`` rows from this relay's queues, the first one in turn first."""
+        """Claim up to ``limit`` rows from the relay's queues, the first one in turn first."""
         rows: list[queries.ClaimedRow] = []
         queues = self._config.queues
         self._next_queue = (self._next_queue + 1) % len(queues)
@@ -182,8 +161,8 @@ class Claimer:
                 schema=schema,
                 queue=queue,
                 bot=bot,
-                limits=self._claim_limits,
-                bot_rows=self._bot_rows,
+                limits=self._limits,
+                bot_rows=not self.takes_unnamed_rows,
             )
 
         try:
@@ -193,66 +172,139 @@ class Claimer:
         self._total.claimed += len(rows)
         return rows
 
-    @property
-    def held(self) -> bool:
-        """Due rows wait for their chat, the bot's budget or a pause (as last looked)."""
-        return self._held
 
-    def settle(self, timing: queries.QueueTiming, *, deferred_until: float) -> float | None:
-        """Take in the timing of this claimer's rows: seconds until there may be work (None:
-        none), counting the rows its pool handed back; a pause it reports pauses the bot."""
+class Claimer:
+    """The relay's claim loop: a round asks which bots have work, then claims for each."""
+
+    def __init__(
+        self,
+        lanes: Lanes,
+        store: Store,
+        config: RelayConfig,
+        *,
+        completer: Completer,
+        stopping: asyncio.Event,
+        wakeup: asyncio.Event,
+    ) -> None:
+        self.name = "claimer"
+        self.lanes = lanes
+        self._store = store
+        self._config = config
+        self._completer = completer
+        self._stopping = stopping  # set by stop(): no new claims, and so no new sends
+        self._wakeup = wakeup  # set by whoever makes work
+        self._turn = 0
+        self._next_look = 0.0
+
+    def stop(self) -> None:
+        """No new claims, and no new sends: the first step of every stop."""
+        self._stopping.set()
+        self.lanes.stop_claims()
+        self._wakeup.set()
+
+    async def run(self, *, drain: bool = False) -> None:
+        """Claim for every bot until ``stop()`` (with ``drain``: until no bot has work, none
+        is starting and nothing is in flight)."""
+        loop = asyncio.get_running_loop()
+        while not self._stopping.is_set():
+            # Cleared before this round's awaits: a wake-up that comes while the round claims
+            # or asks the database must still end the wait below.
+            self._wakeup.clear()
+            now = loop.time()
+            if now >= self._next_look:
+                self.lanes.look()
+                self._next_look = now + LOOK_INTERVAL
+            timeout = min(self._config.poll_interval, max(self._next_look - now, 0.0))
+            again, wait, idle = await self.round()
+            if again:
+                await asyncio.sleep(0)  # let the sends start before claiming more
+                continue
+            if drain and idle and not self.lanes.starting and not self.lanes.in_flight:
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wakeup.wait(), min(timeout, wait))
+
+    async def round(self, *, whole_batch: bool = False) -> tuple[bool, float, bool]:
+        """One look at every serving bot and a claim for each with due work (with
+        ``whole_batch``, a batch each whatever its free slots: ``--once``). Returns whether
+        to go again at once, how long to wait otherwise, and whether no bot has work."""
+        serving = self.lanes.serving()
+        if not serving:
+            return False, math.inf, True
+        if not self.lanes.in_flight:
+            await self._completer.write_pending()  # retries written now count for the timing
+        timings = await self._timings(serving)
+        self._turn = (self._turn + 1) % len(serving)
+        again, wait, idle = False, math.inf, True
+        for lane in serving[self._turn :] + serving[: self._turn]:
+            if self._stopping.is_set() or not lane.serving:
+                continue  # stopping, or its token was rejected meanwhile
+            # No answer (the database is away): every bot may have work; the claim waits.
+            timing = _UNKNOWN if timings is None else timings.get(lane.bot, _NOTHING)
+            took, lane_wait, lane_idle = await self._claim_for(lane, timing, whole_batch)
+            again, wait, idle = again or took, min(wait, lane_wait), idle and lane_idle
+        # A bot whose getMe was answered while this round asked the database was not looked
+        # at: look again at once, or a drain would end (and a relay wait) before its rows.
+        looked = {id(lane) for lane in serving}
+        if any(id(lane) not in looked for lane in self.lanes.serving()):
+            again = True
+        return again, wait, idle
+
+    async def _claim_for(
+        self, lane: Lane, timing: queries.QueueTiming, whole_batch: bool
+    ) -> tuple[bool, float, bool]:
+        """Claim for one lane if it has due work: whether it got rows, how long to wait
+        otherwise, and whether the lane has no work."""
+        claim, pool = lane.claim, lane.pool
+        due_in = claim.settle(timing, deferred_until=pool.deferred_until)
         now = asyncio.get_running_loop().time()
-        self._held = timing.due_now
-        if timing.paused:
-            # Another relay of the bot (or this one) was told to wait: so is this one.
-            self._flood.read(timing.paused, now)
-        next_due = timing.next_due
-        own_deferred = deferred_until + DEFER_SLACK - now
-        if own_deferred > 0 and (next_due is None or next_due > own_deferred):
-            next_due = own_deferred  # rows this relay handed back are its own work
-        return next_due
+        idle = not pool.in_flight and pool.deferred_until + DEFER_SLACK <= now
+        if due_in is None:
+            return False, math.inf, idle
+        if due_in > 0:
+            return False, due_in + _LATE, idle and not claim.held
+        if now < claim.blocked_until:
+            return False, claim.blocked_until - now, False
+        plan = claim.plan(now, in_flight=pool.in_flight, written=pool.finished)
+        want = plan.want
+        if whole_batch and not lane.flood.paused_for(now):
+            want = self._config.batch_size
+        if not want:
+            return False, plan.wait, False  # paused, or no free slot (a freed one wakes us)
+        rows = await claim.claim(want)
+        pool.start(rows, asyncio.get_running_loop().time())
+        if rows:
+            claim.took()
+            return True, math.inf, False
+        backoff = claim.skipped()  # due rows locked by another transaction
+        claim.blocked_until = now + backoff
+        return False, backoff, False
 
-    async def next_due(self, *, claimed: bool, deferred_until: float) -> float | None:
-        """Seconds until there may be work again; None: nothing is pending for this relay."""
-        timing = await self._timing()
-        next_due = 0.0 if timing is None else self.settle(timing, deferred_until=deferred_until)
-        if next_due is not None and next_due <= 0 and not claimed:
-            # Due rows exist but the claim skipped them: another transaction holds them locked
-            # (an app changing its task, say). Look again later instead of spinning on them.
-            next_due = self.skipped()
-        else:
-            self.took()
-        return next_due
-
-    def skipped(self) -> float:
-        """Due rows the claim did not get (another transaction holds them locked): seconds to
-        wait before looking again, twice as long each time in a row."""
-        wait = self._busy_backoff
-        # Capped low: rows due later must not wait behind a row someone keeps locked.
-        self._busy_backoff = min(self._busy_backoff * 2, _BUSY_BACKOFF_MAX)
-        return wait
-
-    def took(self) -> None:
-        """The claim got rows (or nothing was due): the next skip waits the least again."""
-        self._busy_backoff = _BUSY_BACKOFF_START
-
-    async def _timing(self) -> queries.QueueTiming | None:
-        """The timing of this claimer's queues; None when the database cannot tell."""
+    async def _timings(self, lanes: list[Lane]) -> dict[str, queries.QueueTiming] | None:
+        """When each lane may have work; None when the database cannot tell."""
         config = self._config
         try:
-            timing = await self._store.run(
-                lambda conn: queries.queue_timing(
+            return await self._store.run(
+                lambda conn: queries.bots_timing(
                     conn,
+                    [lane.bot for lane in lanes],
                     config.queues,
                     schema=config.schema,
                     horizon=config.slot_horizon,
-                    bot=self._flood.bot,
-                    rate=self._claim_limits.per_bot,
+                    rate=config.rate_limits.per_bot,
+                    unnamed=[lane.claim.takes_unnamed_rows for lane in lanes],
                 )
             )
         except DatabaseLost:
-            return None  # the claim finds out, and waits for the database
-        return timing
+            return None
+
+    async def run_once(self) -> None:
+        """Start the bots, claim one round and send it (``--once``)."""
+        await self.lanes.started()
+        await self.round(whole_batch=True)
+        # Each row goes at its moment (within the slot horizon) and is written: all within
+        # the lease, or the reaper would have it anyway.
+        await self.lanes.finish_sends(self._config.lease_seconds)
 
 
 def fleet_limits(limits: RateLimits, horizon: float) -> queries.ClaimLimits:

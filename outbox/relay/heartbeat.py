@@ -40,17 +40,15 @@ class RelayIdentity:
     """Who a relay is in the register."""
 
     queues: tuple[str, ...]
-    bots: tuple[str, ...]
     id: str = ""
     host: str = ""
     pid: int = 0
     version: str = ""
 
     @classmethod
-    def of_this_process(cls, queues: Sequence[str], bots: Sequence[str]) -> RelayIdentity:
+    def of_this_process(cls, queues: Sequence[str]) -> RelayIdentity:
         return cls(
             queues=tuple(queues),
-            bots=tuple(bots),
             id=secrets.token_hex(8),
             host=socket.gethostname(),
             pid=os.getpid(),
@@ -68,7 +66,7 @@ class Heartbeat:
         interval: float,
         snapshot: Callable[[], RelaySnapshot],
         health: Health,
-        bots: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]] | None = None,
+        bots: Callable[[], tuple[tuple[str, ...], tuple[str, ...]]],
     ) -> None:
         self._store = store
         self._schema = schema
@@ -76,9 +74,8 @@ class Heartbeat:
         self._interval = interval
         self._snapshot = snapshot
         self._health = health
-        # The bots served now, and those of them whose token Telegram rejected: a relay with a
-        # folder of tokens gains and loses bots; one with a token has its identity's.
-        self._bots = bots or (lambda: (identity.bots, ()))
+        # The bots served now, and those of them whose token Telegram rejected (they change).
+        self._bots = bots
         self._systemd = SystemdNotifier()
         self.beats = 0  # heartbeats written, for tests
         self.name = "heartbeat"

@@ -18,8 +18,8 @@ __all__ = ["Listener"]
 class Listener:
     """Wakes the claimer on NOTIFY; after a reconnect it wakes it at once (notes may be lost).
 
-    A pause announced for ``bot`` by another relay wakes it too, so that it reads the bot's
-    state row at once; the payload itself is not believed (only the state row pauses), and the
+    A pause announced for one of ``bots`` by another relay wakes it too, so that it reads the
+    bot's state row at once; the payload itself is not believed (only the state row pauses), and the
     relay's own announcements, made on ``announcer``'s connection, are not news.
     """
 
@@ -28,9 +28,8 @@ class Listener:
         url: str,
         *,
         schema: str,
-        bot: str,
+        bots: Callable[[], Collection[str]],
         announcer: Store,
-        bots: Callable[[], Collection[str]] | None = None,
         stopping: asyncio.Event,
         wakeup: asyncio.Event,
         outage: OutageLog | None = None,
@@ -38,8 +37,7 @@ class Listener:
         self.name = "listener"
         self._store = Store(url, "listen", stopping, outage=outage)
         self._schema = schema
-        # The bots whose pauses are news here: the relay's one bot, or its lanes' (which change).
-        self._bots = bots or (lambda: (bot,))
+        self._bots = bots  # the bots whose pauses are news here (the lanes', which change)
         self._announcer = announcer
         self._wakeup = wakeup
         self._stop = asyncio.Event()

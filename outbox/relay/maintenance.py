@@ -12,7 +12,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from outbox import queries
-from outbox.presentation import pruned_text, reaped_text
 from outbox.queries import AsyncConn, Pruned, Reaped
 from outbox.relay.service import wait_for_stop
 from outbox.relay.store import DatabaseLost, OutageLog, Store
@@ -122,13 +121,21 @@ class Maintenance:
         if reaped is None:
             return None
         if reaped:
-            log.warning("reaper: expired claims: %s", reaped_text(reaped))
+            log.warning(
+                "reaper: expired claims: %d back to kutmoqda, %d to xato",
+                reaped.pending,
+                reaped.failed,
+            )
             self._wakeup.set()
         if self._retention is not None and not self._stop.is_set():
             # After the round, in short transactions of its own.
             pruned = await self._retention.run_once(conn, on_batch=self._between_batches)
             if pruned:
-                log.info("retention: deleted %s", pruned_text(pruned))
+                log.info(
+                    "retention: deleted %d bajarildi rows and %d sent markers",
+                    pruned.done_rows,
+                    pruned.markers,
+                )
         return reaped
 
     def _between_batches(self, _deleted: int) -> None:

@@ -26,7 +26,7 @@ from outbox.relay.flood import FloodControl
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.relay.workers import Workers
-from outbox.retry import RetryPolicy, decide
+from outbox.retry import Decision, RetryPolicy, RowFacts, decide, expiry, hand_back
 from outbox.states import FailureCode, State
 from outbox.telegram import MethodSender, Sender, SentMessage, sent_of
 
@@ -84,7 +84,6 @@ class SendPool:
         *,
         concurrency: int,
         limits: queries.ClaimLimits,
-        grace_seconds: float,
         retry: RetryPolicy,
         flood: FloodControl,
         completer: Completer,
@@ -94,11 +93,9 @@ class SendPool:
         on_unauthorized: Callable[[TelegramUnauthorized], None],
         wakeup: asyncio.Event | None = None,
     ) -> None:
-        self.name = "send pool"
         self._sender = sender
         self._reserved = bool(limits.per_bot or limits.chat_gap or limits.group_gap)
         self._late_for_slot = late_for_slot(limits.per_bot)
-        self._grace_seconds = grace_seconds
         self._retry = retry
         self._flood = flood
         self._completer = completer
@@ -107,8 +104,6 @@ class SendPool:
         self._total = total
         self._on_unauthorized = on_unauthorized
         self._wakeup = wakeup or asyncio.Event()  # the claimer's: a worker is free
-        self._stop = asyncio.Event()
-        self._hurry = asyncio.Event()
         self._workers = Workers(concurrency, self.process, done=self._row_done)
         # Rows (by id(row)) with a request out: cut off now, they may have been delivered.
         self._sending: set[int] = set()
@@ -116,6 +111,7 @@ class SendPool:
         # before it is, they are recorded as delivered, never retried.
         self._delivered: dict[int, SentMessage] = {}
         self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
+        self._facts: dict[int, RowFacts] = {}  # id(row): what the retry policy needs of it
         self._deferred_until = 0.0  # loop time when the last row handed back is due
         self.finished = 0  # rows taken on and done with (the pace its workers free up)
 
@@ -142,22 +138,6 @@ class SendPool:
         self.finished += 1
         self._wakeup.set()  # a worker is free: the claimer may claim
 
-    # --- lifecycle -----------------------------------------------------------------------------
-
-    async def run(self) -> None:
-        """Hold the rows the claimer starts until ``stop()``; then let the sends in flight end
-        within the grace period (or until ``hurry()``), cut off the rest, and return. Rows not
-        yet sent go back to the queue untouched as soon as the claimer stops."""
-        await self._stop.wait()
-        await self.finish(self._grace_seconds, self._hurry)
-
-    def stop(self) -> None:
-        self._stop.set()
-
-    def hurry(self) -> None:
-        """A second stop: sends still running are cut off now."""
-        self._hurry.set()
-
     async def finish(self, grace: float, hurry: asyncio.Event) -> None:
         """Let the sends in flight end within ``grace`` seconds (or until ``hurry`` is set);
         cut off the rest. Rows not yet sent go back to the queue untouched."""
@@ -177,6 +157,8 @@ class SendPool:
     async def process(self, row: queries.ClaimedRow, checked_at: float) -> None:
         """Send one claimed row (known claimed at loop time ``checked_at``) and record its
         outcome; return once the outcome is written."""
+        expires_at = None if row.expires_in is None else checked_at + row.expires_in
+        self._facts[id(row)] = RowFacts(row.attempts, expires_at)
         try:
             await self._deliver(row, checked_at)
         except Exception as err:  # a bug must not strand the row until the lease
@@ -211,6 +193,7 @@ class SendPool:
         finally:
             self._sending.discard(id(row))
             self._delivered.pop(id(row), None)
+            self._facts.pop(id(row), None)
             if self._moved:
                 self._moved.pop(id(row), None)
 
@@ -219,12 +202,12 @@ class SendPool:
             self._total.already_sent += 1
             self._completer.record(queries.Outcome.for_row(row, State.DONE))
             return
+        if self._expired(row):  # the claim takes expired rows too: they end here
+            return
         request = self._request_for(row)
         if request is None:
             return
         loop = asyncio.get_running_loop()
-        # Loop time of the row's expiry: a send that would start after it is not made.
-        expires_at = None if row.expires_in is None else checked_at + row.expires_in
         # The moment the claim reserved for this row in the bot's budget and its chat's spacing.
         moment = checked_at + max(row.wait, 0.0) if self._reserved else None
         if moment is not None and not await self._wait_until(moment - RECHECK_AFTER):
@@ -250,8 +233,7 @@ class SendPool:
             return
         if self._held_by_flood_control(row):  # it began while this row waited
             return
-        if expires_at is not None and loop.time() >= expires_at:
-            self._expire(row)
+        if self._expired(row):
             return
         await self._send_row(row, request)
 
@@ -407,20 +389,48 @@ class SendPool:
         self._fail(row, failure)
 
     def _fail(self, row: queries.ClaimedRow, failure: Failure) -> None:
-        decision = decide(self._retry, row.attempts, failure)
-        about = _about(row)
-        if decision.state is State.FAILED:
-            self._total.failed += 1
-            log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
-        else:
-            self._total.retried += 1
-            log.info(
-                "outbox %s retry in %.1f s: %s",
-                row.id,
-                decision.delay_seconds,
-                decision.error,
-                extra=about,
-            )
+        now = asyncio.get_running_loop().time()
+        self._apply(row, decide(self._retry, now, self._facts_of(row), failure))
+
+    def _expired(self, row: queries.ClaimedRow) -> bool:
+        """Its expiry came (before its claim, or while it waited): failed, never sent late.
+        True if it did."""
+        decision = expiry(asyncio.get_running_loop().time(), self._facts_of(row))
+        if decision is not None:
+            self._apply(row, decision)
+        return decision is not None
+
+    def _release(self, row: queries.ClaimedRow) -> None:
+        """Back to the queue unsent, keeping its place in line (shutdown, rejected token)."""
+        self._total.released += 1
+        self._apply(row, hand_back(asyncio.get_running_loop().time(), self._facts_of(row)))
+
+    def _hand_back(self, row: queries.ClaimedRow, delay: float) -> None:
+        """Back to the queue without spending an attempt, due in ``delay`` seconds."""
+        now = asyncio.get_running_loop().time()
+        self._total.deferred += 1
+        self._deferred_until = max(self._deferred_until, now + delay)
+        self._apply(row, hand_back(now, self._facts_of(row), delay))
+
+    def _facts_of(self, row: queries.ClaimedRow) -> RowFacts:
+        return self._facts.get(id(row)) or RowFacts(row.attempts)
+
+    def _apply(self, row: queries.ClaimedRow, decision: Decision) -> None:
+        """Record the retry policy's decision for the row (and say it, if it failed)."""
+        if decision.error is not None:
+            about = _about(row)
+            if decision.state is State.FAILED:
+                self._total.failed += 1
+                log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
+            else:
+                self._total.retried += 1
+                log.info(
+                    "outbox %s retry in %.1f s: %s",
+                    row.id,
+                    decision.delay_seconds or 0.0,
+                    decision.error,
+                    extra=about,
+                )
         self._completer.record(
             queries.Outcome.for_row(
                 row,
@@ -428,43 +438,8 @@ class SendPool:
                 delay_seconds=decision.delay_seconds,
                 error=decision.error,
                 error_code=decision.code,
+                new_attempts=decision.attempts,
                 # A group that moved stays moved, whatever happened to the resend.
-                new_chat_id=self._moved.get(id(row)),
-            )
-        )
-
-    def _expire(self, row: queries.ClaimedRow) -> None:
-        """Its expiry came while it waited for its turn: failed, never sent late."""
-        self._total.failed += 1
-        log.warning("outbox %s expired before it could be sent", row.id, extra=_about(row))
-        self._completer.record(
-            queries.Outcome.for_row(
-                row,
-                State.FAILED,
-                error="expired before it could be sent",
-                error_code=FailureCode.EXPIRED,
-                new_chat_id=self._moved.get(id(row)),
-            )
-        )
-
-    def _release(self, row: queries.ClaimedRow) -> None:
-        """Back to the queue unsent, due now (shutdown, rejected token)."""
-        self._total.released += 1
-        self._record_hand_back(row, 0.0)
-
-    def _hand_back(self, row: queries.ClaimedRow, delay: float) -> None:
-        """Back to the queue without spending an attempt, due in ``delay`` seconds."""
-        self._total.deferred += 1
-        self._deferred_until = max(self._deferred_until, asyncio.get_running_loop().time() + delay)
-        self._record_hand_back(row, delay)
-
-    def _record_hand_back(self, row: queries.ClaimedRow, delay: float) -> None:
-        self._completer.record(
-            queries.Outcome.for_row(
-                row,
-                State.PENDING,
-                delay_seconds=delay,
-                refund_attempt=True,
                 new_chat_id=self._moved.get(id(row)),
             )
         )

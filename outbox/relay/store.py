@@ -93,10 +93,6 @@ class OutageLog:
         self._summary_every = _SUMMARY_FIRST
         self._said_read_only = False
 
-    @property
-    def ongoing(self) -> bool:
-        return self._since is not None
-
     def failed(self, store: str, err: BaseException) -> None:
         now = self._clock()
         self._attempts += 1
