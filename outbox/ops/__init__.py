@@ -9,10 +9,8 @@ ops.status.run_async(conn, schema=...)``), in the caller's transaction. Connecti
 
 from __future__ import annotations
 
-from collections.abc import Sequence
 from dataclasses import dataclass
 
-from outbox.api import bot_column
 from outbox.db import operator_connection as connect
 from outbox.db import operator_connection_async as connect_async
 from outbox.errors import ConfigError, InvalidInput
@@ -33,16 +31,16 @@ from outbox.queries import (
     failed_filters,
     finished_per_minute,
     get_message,
+    list_messages,
     list_pauses,
     list_relays,
     queue_status,
+    replay,
     search_messages,
     unpaused_lag,
     unserved_queues,
 )
-from outbox.queries import list_messages as _list_messages
 from outbox.queries import pause as _pause
-from outbox.queries import replay as _replay
 from outbox.queries import resume as _resume
 from outbox.queries._common import Reading, operation
 from outbox.queries.pause import check_batch_name, check_name
@@ -96,7 +94,7 @@ def status(
     """``outbox status``: the counts and health, the bots, the pauses, the unserved queues."""
     found = yield from queue_status.steps(schema=schema, lease_seconds=lease_seconds, queue=queue)
     unserved = yield from unserved_queues.steps(schema=schema)
-    bots = yield from bot_status.steps(schema=schema, bot=bot_column(bot))
+    bots = yield from bot_status.steps(schema=schema, bot=bot)
     paused = yield from list_pauses.steps(schema=schema)
     lags = {name: figures.lag_seconds for name, figures in found.queues.items()}
     # Without a pause, or with no lag over max_lag, the status's own lags are the answer.
@@ -174,60 +172,6 @@ def front_page(
 
 
 @operation
-def list_messages(
-    *,
-    schema: str,
-    state: str | None = None,
-    kind: str | None = None,
-    limit: int = 50,
-    failed_within_seconds: float | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    bot: str | None = None,
-) -> Reading[list[Message]]:
-    """Messages newest first, filtered (see ``outbox.queries.list_messages``)."""
-    return (
-        yield from _list_messages.steps(
-            schema=schema,
-            state=state,
-            kind=kind,
-            limit=limit,
-            failed_within_seconds=failed_within_seconds,
-            queue=queue,
-            priority=priority,
-            bot=bot_column(bot),
-        )
-    )
-
-
-@operation
-def replay(
-    ids: Sequence[int] | None = None,
-    *,
-    schema: str,
-    force: bool = False,
-    kind: str | None = None,
-    failed_within_seconds: float | None = None,
-    queue: str | None = None,
-    priority: int | None = None,
-    bot: str | None = None,
-) -> Reading[list[ReplayResult]]:
-    """Failed messages back to the queue: ``ids``, or every failed one the filters match."""
-    return (
-        yield from _replay.steps(
-            ids,
-            schema=schema,
-            force=force,
-            kind=kind,
-            failed_within_seconds=failed_within_seconds,
-            queue=queue,
-            priority=priority,
-            bot=bot_column(bot),
-        )
-    )
-
-
-@operation
 def act_on_message(
     message_id: int, *, schema: str, action: str, force: bool = False
 ) -> Reading[tuple[ReplayResult | bool, Message | None]]:
@@ -235,7 +179,7 @@ def act_on_message(
     message moved to xato), then the message as the action left it."""
     done: ReplayResult | bool
     if action == "replay":
-        (done,) = yield from _replay.steps([message_id], schema=schema, force=force)
+        (done,) = yield from replay.steps([message_id], schema=schema, force=force)
     else:
         done = (yield from cancel_waiting.steps(schema=schema, message_id=message_id)) > 0
     return done, (yield from get_message.steps(message_id, schema=schema))
