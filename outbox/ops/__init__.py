@@ -51,8 +51,8 @@ __all__ = [
     "FrontPage",
     "Overview",
     "StatusReport",
-    "act_on_message",
     "batch",
+    "cancel_message",
     "connect",
     "connect_async",
     "count_failed",
@@ -64,6 +64,7 @@ __all__ = [
     "overview",
     "pause",
     "replay",
+    "replay_message",
     "resume",
     "search_messages",
     "status",
@@ -171,18 +172,22 @@ def front_page(
 # --- messages ------------------------------------------------------------------------------
 
 
+# The page's buttons: the action, then the message as it left it (None: no such message).
+
+
 @operation
-def act_on_message(
-    message_id: int, *, schema: str, action: str, force: bool = False
-) -> Reading[tuple[ReplayResult | bool, Message | None]]:
-    """The page's buttons: ``replay`` (a ``ReplayResult``) or ``cancel`` (whether the waiting
-    message moved to xato), then the message as the action left it."""
-    done: ReplayResult | bool
-    if action == "replay":
-        (done,) = yield from replay.steps([message_id], schema=schema, force=force)
-    else:
-        done = (yield from cancel_waiting.steps(schema=schema, message_id=message_id)) > 0
-    return done, (yield from get_message.steps(message_id, schema=schema))
+def replay_message(
+    message_id: int, *, schema: str, force: bool = False
+) -> Reading[tuple[ReplayResult, Message | None]]:
+    (result,) = yield from replay.steps([message_id], schema=schema, force=force)
+    return result, (yield from get_message.steps(message_id, schema=schema))
+
+
+@operation
+def cancel_message(message_id: int, *, schema: str) -> Reading[tuple[bool, Message | None]]:
+    """Whether the waiting message moved to xato, and the message."""
+    cancelled = yield from cancel_waiting.steps(schema=schema, message_id=message_id)
+    return cancelled > 0, (yield from get_message.steps(message_id, schema=schema))
 
 
 # --- pauses and batches --------------------------------------------------------------------

@@ -24,7 +24,7 @@ from outbox.db import check_schema, redact_url
 from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
 from outbox.ops.views import message as message_view
 from outbox.ops.views import status as status_view
-from outbox.queries import Message, Operation, ReplayResult
+from outbox.queries import Message, Operation
 from outbox.schema import DEFAULT_QUEUE, validate_queue
 from outbox.states import State
 from outbox.web import inputs
@@ -238,15 +238,12 @@ def _about(message: Message) -> dict[str, Any]:
 
 
 async def _act(
-    request: web.Request, message_id: int, action: str, force: bool = False
-) -> tuple[ReplayResult | bool, Message]:
+    request: web.Request, op: Operation[P, tuple[T, Message | None]], *a: P.args, **k: P.kwargs
+) -> tuple[T, Message]:
     """Run the action and read the message as it left it, in one transaction."""
-    config = request.app[CONFIG]
-    done, message = await run(
-        request, ops.act_on_message, message_id, schema=config.schema, action=action, force=force
-    )
+    done, message = await run(request, op, *a, **k)
     if message is None:
-        raise NotFound(f"no outbox message with id {message_id}")
+        raise NotFound(f"no outbox message with id {_message_id(request)}")
     return done, message
 
 
@@ -256,8 +253,10 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
     force = form.get("force") == "1"
     if force and form.get("confirmed") != "1":
         return render(request, "confirm_force.html", m=await _message_or_404(request))
-    result, message = await _act(request, message_id, "replay", force)
-    assert isinstance(result, ReplayResult)
+    schema = request.app[CONFIG].schema
+    result, message = await _act(
+        request, ops.replay_message, message_id, schema=schema, force=force
+    )
     if result.replayed:
         log.info(
             "web: replayed outbox %s%s",
@@ -279,7 +278,8 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
 
 async def cancel_one(request: web.Request) -> web.StreamResponse:
     message_id = _message_id(request)
-    cancelled, message = await _act(request, message_id, "cancel")
+    schema = request.app[CONFIG].schema
+    cancelled, message = await _act(request, ops.cancel_message, message_id, schema=schema)
     if cancelled:
         log.info("web: cancelled outbox %s", message_id, extra=_about(message))
         raise web.HTTPSeeOther(f"/messages/{message_id}?did=cancelled")
