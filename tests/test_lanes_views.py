@@ -140,7 +140,7 @@ def test_one_priority_other_than_zero_is_worth_a_line_and_zero_alone_is_not(
     with engine.begin() as conn:
         lanes = queries.queue_status(conn, schema="public", lease_seconds=300).lanes
     # The priority-5 row is not due yet: only due rows are counted per priority.
-    assert lanes.due_per_priority == {0: 1} and not lanes.in_use
+    assert lanes.due_per_priority == {0: 1} and not lanes.prioritised
     assert lanes_lines(lanes) == []
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE outbox SET ustuvorlik = -3 WHERE kalit = 'zero'"))

@@ -60,11 +60,6 @@ class LaneFigures:
         due rows (an outbox without priorities has all its rows at 0)."""
         return len(self.due_per_priority) > 1 or any(self.due_per_priority)
 
-    @property
-    def in_use(self) -> bool:
-        """Whether any lane figure is worth a line: a plain outbox shows none of them."""
-        return self.prioritised or bool(self.windowed or self.expiring or self.expired)
-
 
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
