@@ -3,13 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import psycopg
 import sqlalchemy as sa
-from sqlalchemy.engine import Connection, Engine
+from psycopg.rows import namedtuple_row
+from sqlalchemy.engine import Engine
 
 from outbox import queries
 from outbox.errors import ConfigError, DatabaseUnavailable, SchemaMissing
@@ -24,6 +26,8 @@ __all__ = [
     "connect_errors",
     "create_engine",
     "normalize_url",
+    "operator_connection",
+    "operator_connection_async",
     "redact_url",
     "resolve_url",
     "sqlalchemy_url",
@@ -171,6 +175,13 @@ _LIVENESS = {
 }
 
 
+def _conninfo(url: str) -> str:
+    conninfo = normalize_url(url)
+    given = psycopg.conninfo.conninfo_to_dict(conninfo)
+    extra = {k: v for k, v in _LIVENESS.items() if k not in given}
+    return psycopg.conninfo.make_conninfo(conninfo, **extra)
+
+
 async def async_connect(
     url: str, *, autocommit: bool = True, prepare: bool = True
 ) -> psycopg.AsyncConnection[object]:
@@ -179,15 +190,36 @@ async def async_connect(
     ``prepare``: the server prepares the statements the relay repeats after their second use.
     Off behind a transaction-pooling PgBouncer, whose server connections change under us.
     """
-    conninfo = normalize_url(url)
-    given = psycopg.conninfo.conninfo_to_dict(conninfo)
-    extra = {k: v for k, v in _LIVENESS.items() if k not in given}
     with connect_errors(url):
         return await psycopg.AsyncConnection.connect(
-            psycopg.conninfo.make_conninfo(conninfo, **extra),
-            autocommit=autocommit,
-            prepare_threshold=2 if prepare else None,
+            _conninfo(url), autocommit=autocommit, prepare_threshold=2 if prepare else None
         )
+
+
+# The operator's connections (the CLI's, the web page's): rows readable by name, as the
+# operations read them; nothing prepared, so that they work through any PgBouncer. The body
+# runs in one transaction, committed when it returns, rolled back when it raises.
+
+
+@contextlib.contextmanager
+def operator_connection(url: str, *, schema: str) -> Iterator[psycopg.Connection[Any]]:
+    """A connection for one operator command, after checking the schema."""
+    with connect_errors(url):
+        conn = psycopg.connect(_conninfo(url), prepare_threshold=None, row_factory=namedtuple_row)
+        with conn:
+            check_schema_sync(conn, schema=schema)
+            yield conn
+
+
+@contextlib.asynccontextmanager
+async def operator_connection_async(url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+    """A connection for one request of the web page (its schema was checked at start)."""
+    with connect_errors(url):
+        conn = await psycopg.AsyncConnection.connect(
+            _conninfo(url), prepare_threshold=None, row_factory=namedtuple_row
+        )
+        async with conn:
+            yield conn
 
 
 async def check_schema(url: str, *, schema: str) -> None:
@@ -203,8 +235,8 @@ async def check_schema(url: str, *, schema: str) -> None:
         raise problem
 
 
-def check_schema_sync(conn: Connection, *, schema: str) -> None:
-    """``check_schema`` on an open SQLAlchemy connection (the operator commands)."""
+def check_schema_sync(conn: queries.AnyConn, *, schema: str) -> None:
+    """``check_schema`` on an open connection (an operator command's, or the host's)."""
     problem = schema_problem(schema, queries.schema_facts_sync(conn, schema=schema))
     if problem is not None:
         raise problem

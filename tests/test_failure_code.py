@@ -122,7 +122,7 @@ def test_replay_clears_the_code_and_time_and_keeps_them_in_tarix(engine: sa.Engi
 def test_an_operators_cancel_is_coded_cancelled(engine: sa.Engine) -> None:
     row_id = _enqueue(engine, "k", 31)
     with engine.begin() as conn:
-        assert queries.cancel_by_operator(conn, row_id, schema="public")
+        assert queries.cancel_waiting(conn, schema="public", message_id=row_id) == 1
     found = _row(engine, "k")
     assert (found["holat"], found["xato_turi"]) == (State.FAILED, FailureCode.CANCELLED)
     assert found["xato_vaqti"] is not None and found["tarix"][-1]["xato_turi"] == "cancelled"

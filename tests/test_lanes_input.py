@@ -57,7 +57,8 @@ def test_the_edges_of_a_lane_are_accepted() -> None:
 
 
 def test_show_and_its_json_give_the_lanes() -> None:
-    from outbox import presentation, queries
+    from outbox import queries
+    from outbox.ops.views import message as presentation
 
     message = queries.Message(
         id=1,

@@ -15,7 +15,9 @@ import psycopg
 import pytest
 import sqlalchemy as sa
 
-from outbox import enqueue, presentation, queries
+from outbox import enqueue, queries
+from outbox.ops.views.message import window_of
+from outbox.ops.views.status import lanes_lines
 from outbox.queries import ClaimLimits, Outcome, claim_due, ensure_bot, record_outcomes
 from outbox.states import FailureCode, State
 from tests.support import run_cli, text
@@ -144,13 +146,13 @@ def test_one_priority_other_than_zero_is_worth_a_line_and_zero_alone_is_not(
     with engine.begin() as conn:
         lanes = queries.queue_status(conn, schema="public", lease_seconds=300).lanes
     # The priority-5 row is not due yet: only due rows are counted per priority.
-    assert lanes.due_per_priority == {0: 1} and not lanes.in_use
-    assert presentation.lanes_lines(lanes) == []
+    assert lanes.due_per_priority == {0: 1} and not lanes.prioritised
+    assert lanes_lines(lanes) == []
     with engine.begin() as conn:
         conn.execute(sa.text("UPDATE outbox SET ustuvorlik = -3 WHERE kalit = 'zero'"))
         lanes = queries.queue_status(conn, schema="public", lease_seconds=300).lanes
     assert lanes.due_per_priority == {-3: 1}
-    [(name, figure, note)] = presentation.lanes_lines(lanes)
+    [(name, figure, note)] = lanes_lines(lanes)
     assert (name, figure) == ("priorities", "1") and note.endswith("ustuvorlik: -3: 1")
 
 
@@ -334,14 +336,11 @@ def message(**fields: object) -> queries.Message:
 
 def test_the_window_cell_is_relative_to_the_rows_time_and_absolute_without_one() -> None:
     nine = datetime.fromisoformat("2030-01-01T09:00:00+00:00")
-    assert presentation.window_of(message()) == "-"
-    assert presentation.window_of(message(earliest=nine - timedelta(seconds=70))) == "-1m10s.."
-    assert presentation.window_of(message(earliest=nine, expires_at=nine)) == "-0s..+0s"
+    assert window_of(message()) == "-"
+    assert window_of(message(earliest=nine - timedelta(seconds=70))) == "-1m10s.."
+    assert window_of(message(earliest=nine, expires_at=nine)) == "-0s..+0s"
     # A time written by hand as infinity is read as None: the times themselves, then.
-    assert (
-        presentation.window_of(message(next_attempt_at=None, expires_at=nine))
-        == "..2030-01-01 09:00:00Z"
-    )
+    assert window_of(message(next_attempt_at=None, expires_at=nine)) == "..2030-01-01 09:00:00Z"
 
 
 # --- the page's failed list: a priority filter once failed rows have priorities -----------------

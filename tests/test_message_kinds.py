@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 import sqlalchemy as sa
 
-from outbox import api, presentation
+from outbox import api
 from outbox.errors import InvalidPayload
+from outbox.ops.views import message as presentation
 from outbox.retry import RetryPolicy
 from outbox.states import State
 from outbox.vocabulary import label
-from outbox.web import views
 from outbox.web.base import templates
 from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import make_relay
@@ -351,7 +351,7 @@ def test_list_show_and_json_name_the_method_and_a_follow_ups_original(
     page = env.get_template("_message.html").render(m=gone, csrf="x", label=label)
     assert 'data-field="method">deleteMessage<' in page
     assert 'data-field="message_key"' in page and ">pic<" in page
-    assert views.text_of(pic) == "Chek" and views.chat_of(gone) == "(the chat of pic)"
+    assert presentation.text_of(pic) == "Chek" and presentation.chat_of(gone) == "(the chat of pic)"
 
 
 def test_replay_of_a_follow_up_checks_its_original_again(

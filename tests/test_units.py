@@ -19,8 +19,8 @@ from outbox.config import RelayConfig, read_token, telegram_api_url
 from outbox.db import normalize_url, redact_url, with_database
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import ConfigError, InvalidInput
-from outbox.presentation import relays_table
-from outbox.queries.registry import RelayRecord
+from outbox.ops.views.relays import relays_table
+from outbox.queries import RelayRecord
 from outbox.ratelimit import RateLimits
 from outbox.redact import RedactingFormatter, redact, register_secret
 from outbox.relay import RunSummary

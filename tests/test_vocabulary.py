@@ -3,13 +3,18 @@
 from __future__ import annotations
 
 import asyncio
+import collections
 import dataclasses
 import re
 
+import psycopg
 import sqlalchemy as sa
+from psycopg.rows import namedtuple_row
 
-from outbox import api, presentation, queries, sql, vocabulary
+from outbox import api, queries, sql, vocabulary
 from outbox.db import async_connect
+from outbox.ops.views import maintenance
+from outbox.ops.views import message as message_view
 from outbox.queries import operator
 from outbox.queries._common import _sql
 from outbox.states import State
@@ -40,22 +45,22 @@ def test_the_names_table_covers_every_column_of_the_outbox_table(engine: sa.Engi
     assert fields <= set(python)
 
 
-def test_a_message_is_read_by_name_whatever_the_select_lists_order(engine: sa.Engine) -> None:
+def test_a_message_is_read_by_name_whatever_the_select_lists_order(
+    db_url: str, engine: sa.Engine
+) -> None:
     with engine.begin() as conn:
         row_id = api.enqueue(conn, key="k1", payload={"chat_id": 7, "text": "hi"}, kind="t")
-    # The same select list, turned around: a positional reading would shift every field.
-    items = [item.strip() for item in operator._MESSAGE_COLUMNS.split(",\n")]
-    assert len(items) > 10
-    reversed_list = ",\n".join(reversed(items))
-    statement = (
-        f"SELECT {reversed_list} FROM {{outbox}} o "
-        "LEFT JOIN {yuborilgan} y ON y.kalit = o.kalit WHERE o.id = :id"
-    )
-    with engine.connect() as conn:
-        found = operator._message(
-            conn.execute(sa.text(_sql(statement, "public")), {"id": row_id.id}).one()
+    params = {name: None for name in re.findall(r"(?<!:):(\w+)", sql.source("messages"))}
+    with psycopg.connect(db_url, row_factory=namedtuple_row) as conn:
+        (row,) = sql.fetch_sync(
+            conn, "messages", schema="public", params={**params, "id": row_id.id, "limit": 1}
         )
         plain = queries.get_message(conn, row_id.id, schema="public")
+    # The same values, their columns turned around: a positional reading would shift them.
+    fields = list(reversed(row._fields))  # type: ignore[attr-defined]
+    turned = collections.namedtuple("Row", fields)(*(getattr(row, f) for f in fields))
+    assert len(fields) > 10
+    found = operator._message(turned)
     assert found == plain
     assert (found.id, found.kind, found.key, found.state, found.attempts) == (
         row_id.id,
@@ -102,9 +107,7 @@ def test_state_literals_in_sql_come_from_the_states() -> None:
         queries.app,
         queries.claim,
         queries.maintenance,
-        queries.operator,
         queries.relay,
-        queries.status,
         queries.timing,
     ]
     for module in sources:
@@ -117,12 +120,14 @@ def test_state_literals_in_sql_come_from_the_states() -> None:
 def test_the_statements_write_tarix_entries_with_the_tables_keys() -> None:
     keys = {n.column for n in vocabulary.HISTORY}
     written: set[str] = set()
-    for module in (queries.claim, queries.maintenance, queries.operator, queries.relay):
-        for name, value in vars(module).items():
-            if name.isupper() and isinstance(value, str) and "tarix ||" in value:
-                entries = value[value.index("tarix ||") :]
-                # Keys are the plain words before a comma; values are sentences or columns.
-                written |= set(re.findall(r"'([a-z_]+)',", entries))
+    statements = [sql.source(name) for name in sql.query_names()]
+    for module in (queries.claim, queries.maintenance, queries.relay):
+        statements += [v for n, v in vars(module).items() if n.isupper() and isinstance(v, str)]
+    for value in statements:
+        if "tarix ||" in value:
+            entries = value[value.index("tarix ||") :]
+            # Keys are the plain words before a comma; values are sentences or columns.
+            written |= set(re.findall(r"'([a-z_]+)',", entries))
     assert written, "no statement appends to tarix?"
     assert written <= keys, written - keys
 
@@ -153,18 +158,18 @@ def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
         updated_at=None,
         marker=None,
     )
-    assert list(presentation.message_json(message)) == [
+    assert list(message_view.message_json(message)) == [
         "id", "tur", "navbat", "bot", "kalit", "holat", "urinish", "keyingi_urinish", "ustuvorlik",
         "eng_erta", "eskirish", "band_vaqti", "oxirgi_xato", "xato_turi", "xato_vaqti", "partiya",
         "yaratilgan", "yangilangan", "method", "message_key", "payload", "tarix", "yuborilgan",
     ]  # fmt: skip
-    assert presentation.messages_table([message])[0].split() == [
+    assert message_view.messages_table([message])[0].split() == [
         "id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato",
     ]  # fmt: skip
     reaped = queries.Reaped(pending=2, failed=1)
-    assert presentation.reaped_text(reaped) == "2 back to kutmoqda, 1 to xato"
-    assert presentation.reaped_json(reaped) == {"kutmoqda": 2, "xato": 1}
+    assert maintenance.reaped_text(reaped) == "2 back to kutmoqda, 1 to xato"
+    assert maintenance.reaped_json(reaped) == {"kutmoqda": 2, "xato": 1}
     assert not queries.Reaped() and not queries.Pruned()
     pruned = queries.Pruned(done_rows=3, markers=4)
-    assert presentation.pruned_json(pruned) == {"bajarildi": 3, "yuborilgan": 4}
-    assert presentation.pruned_text(pruned) == "3 bajarildi rows and 4 sent markers"
+    assert maintenance.pruned_json(pruned) == {"bajarildi": 3, "yuborilgan": 4}
+    assert maintenance.pruned_text(pruned) == "3 bajarildi rows and 4 sent markers"

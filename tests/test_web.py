@@ -391,8 +391,8 @@ def test_the_password_comes_from_the_environment_or_a_file(tmp_path: Path) -> No
 
 
 def test_the_chart_stacks_failed_on_delivered_and_scales_to_the_busiest_minute() -> None:
+    from outbox.ops.views.status import CHART_HEIGHT, chart_bars
     from outbox.queries import Activity
-    from outbox.web.views import CHART_HEIGHT, chart_bars
 
     bars = chart_bars(Activity(delivered=[0, 4, 2], failed=[0, 0, 2]))
     assert [b.delivered_height for b in bars] == [0, CHART_HEIGHT, CHART_HEIGHT / 2]

@@ -19,7 +19,6 @@ import aiohttp.abc
 from aiohttp.test_utils import TestServer
 from yarl import URL
 
-from outbox.db import create_engine
 from outbox.web import WebConfig, build_app
 
 __all__ = ["LocalAnswer", "LocalPage", "local_page"]
@@ -107,8 +106,7 @@ class LocalPage:
 @contextlib.contextmanager
 def local_page(db_url: str, **settings: Any) -> Iterator[LocalPage]:
     """The page on 127.0.0.1 (schema public), with ``WebConfig`` ``settings``."""
-    engine = create_engine(db_url, pool_size=2, max_overflow=2)
-    app = build_app(WebConfig(database_url=db_url, schema="public", **settings), engine)
+    app = build_app(WebConfig(database_url=db_url, schema="public", **settings))
     logging.getLogger("outbox.web").setLevel(logging.INFO)
     with asyncio.Runner() as runner:
         server = TestServer(app)
@@ -119,4 +117,3 @@ def local_page(db_url: str, **settings: Any) -> Iterator[LocalPage]:
         finally:
             page.close()
             runner.run(server.close())
-            engine.dispose()

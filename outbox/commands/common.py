@@ -12,17 +12,10 @@ import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, TypeVar
 
-from sqlalchemy.engine import Engine
+import psycopg
 
-from outbox.db import (
-    async_connect,
-    check_schema,
-    check_schema_sync,
-    connect_errors,
-    create_engine,
-    redact_url,
-    resolve_url,
-)
+from outbox import ops
+from outbox.db import async_connect, check_schema, connect_errors, redact_url, resolve_url
 from outbox.queries import AsyncConn
 from outbox.schema import current_schema
 
@@ -30,9 +23,6 @@ __all__ = ["complain", "database_url", "open_database", "print_json", "run_async
 
 T = TypeVar("T")
 log = logging.getLogger("outbox")
-
-# A health check must answer, not hang on a host that drops packets.
-CONNECT_TIMEOUT_SECONDS = 10
 
 
 def database_url(args: argparse.Namespace) -> str:
@@ -43,18 +33,11 @@ def database_url(args: argparse.Namespace) -> str:
 
 
 @contextlib.contextmanager
-def open_database(args: argparse.Namespace) -> Iterator[Engine]:
-    """An engine whose connection and missing-schema errors become one clear OutboxError."""
-    url = resolve_url(args.database_url)
-    options = {} if "connect_timeout" in url else {"connect_timeout": CONNECT_TIMEOUT_SECONDS}
-    engine = create_engine(url, connect_args=options)
-    try:
-        with connect_errors(url):
-            with engine.connect() as conn:
-                check_schema_sync(conn, schema=current_schema())
-            yield engine
-    finally:
-        engine.dispose()
+def open_database(args: argparse.Namespace) -> Iterator[psycopg.Connection[Any]]:
+    """The command's connection, its schema checked; its work is one transaction, committed
+    when the body returns. Connection and missing-schema errors become one OutboxError."""
+    with ops.connect(resolve_url(args.database_url), schema=current_schema()) as conn:
+        yield conn
 
 
 def run_async(args: argparse.Namespace, work: Callable[[AsyncConn], Awaitable[T]]) -> T:

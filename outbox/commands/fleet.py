@@ -9,21 +9,22 @@ from __future__ import annotations
 
 import argparse
 
-from outbox import api
-from outbox import presentation as out
+from outbox import ops
 from outbox.commands.common import open_database, print_json
 from outbox.commands.options import Commands
+from outbox.ops.views.relays import relay_json, relays_table
+from outbox.schema import current_schema
 
 __all__ = ["register"]
 
 
 def cmd_relays(args: argparse.Namespace) -> int:
-    with open_database(args) as engine, engine.begin() as conn:
-        relays = api.relays(conn)
+    with open_database(args) as conn:
+        relays = ops.list_relays(conn, schema=current_schema())
     if args.json:
-        print_json([out.relay_json(relay) for relay in relays])
+        print_json([relay_json(relay) for relay in relays])
     elif relays:
-        print("\n".join(out.relays_table(relays)))
+        print("\n".join(relays_table(relays)))
     else:
         print("no relay is registered (none is running, or none has started since the upgrade)")
     return 0

@@ -10,8 +10,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from outbox import presentation as out
-from outbox import queries
+from outbox import ops, queries
 from outbox.commands.common import database_url, open_database, print_json, run_async
 from outbox.commands.options import Commands, add_lease, duration, whole_number
 from outbox.config import (
@@ -21,6 +20,8 @@ from outbox.config import (
     MAX_BATCH_SIZE,
 )
 from outbox.errors import InvalidInput
+from outbox.ops.views._text import span
+from outbox.ops.views.maintenance import pruned_json, reaped_json, reaped_text
 from outbox.progress import ProgressLine, on_terminal
 from outbox.queries import AsyncConn
 from outbox.retry import RetryPolicy
@@ -66,9 +67,9 @@ def cmd_reap(args: argparse.Namespace) -> int:
         lambda conn: _reaper(args).run_once(conn),
     )
     if args.json:
-        print_json(out.reaped_json(reaped))
+        print_json(reaped_json(reaped))
     else:
-        print(f"reaped: {out.reaped_text(reaped)}")
+        print(f"reaped: {reaped_text(reaped)}")
     return 0
 
 
@@ -76,25 +77,22 @@ def cmd_prune(args: argparse.Namespace) -> int:
     keep_done = args.older_than is None
     if not keep_done and args.markers_older_than < args.older_than:
         raise InvalidInput(
-            f"--markers-older-than ({out.span(args.markers_older_than)}) must not be "
-            f"shorter than --older-than ({out.span(args.older_than)}): a marker is what "
+            f"--markers-older-than ({span(args.markers_older_than)}) must not be "
+            f"shorter than --older-than ({span(args.older_than)}): a marker is what "
             "stops a key enqueued again from being sent twice"
         )
     removed = run_async(args, lambda conn: _prune(conn, args))
     done, markers = removed.done_rows, removed.markers
-    with open_database(args) as engine, engine.begin() as conn:
-        failed = queries.count_failed(conn, schema=current_schema())
+    with open_database(args) as conn:
+        failed = ops.count_failed(conn, schema=current_schema())
     if args.json:
-        print_json({**out.pruned_json(removed), "xato_kept": failed})
+        print_json({**pruned_json(removed), "xato_kept": failed})
         return 0
-    markers_line = f"{markers} sent markers older than {out.span(args.markers_older_than)}"
+    markers_line = f"{markers} sent markers older than {span(args.markers_older_than)}"
     if keep_done:
         print(f"kept every bajarildi row (OUTBOX_RETENTION=0); pruned {markers_line}")
     else:
-        print(
-            f"pruned {done} bajarildi rows older than {out.span(args.older_than)} and "
-            f"{markers_line}"
-        )
+        print(f"pruned {done} bajarildi rows older than {span(args.older_than)} and {markers_line}")
     if failed:
         print(f"kept {failed} xato rows: never pruned; see `outbox list --holat xato`")
     return 0
@@ -156,7 +154,7 @@ def register(commands: Commands) -> None:
         convert=duration(),
         # The relay's variable, read as the relay reads it: 0 keeps the done rows.
         env_convert=_retention_twin,
-        help=f"delete bajarildi rows unchanged this long (default {out.span(DEFAULT_RETENTION)}; "
+        help=f"delete bajarildi rows unchanged this long (default {span(DEFAULT_RETENTION)}; "
         "OUTBOX_RETENTION=0 keeps them, as for the relay; --older-than 0s deletes them all)",
         metavar="DURATION",
     )
@@ -165,7 +163,7 @@ def register(commands: Commands) -> None:
         env="OUTBOX_MARKER_RETENTION",
         default=DEFAULT_MARKER_RETENTION,
         convert=duration(),
-        help=f"delete sent markers older than this (default {out.span(DEFAULT_MARKER_RETENTION)}) "
+        help=f"delete sent markers older than this (default {span(DEFAULT_MARKER_RETENTION)}) "
         "unless their row can still be sent",
         metavar="DURATION",
     )

@@ -1,6 +1,6 @@
 """The operator's commands: list, show, replay and status. Safe while relays run.
 
-Each parses, opens the database, calls one function of ``outbox.api`` and prints. Exit codes
+Each parses, opens the database, calls one operation of ``outbox.ops`` and prints. Exit codes
 (docs/cli.md lists them): 0 done; 2 invalid input or unknown id; 3 bad database URL; 4 database
 unreachable; 5 schema missing; 7 replay refused for a row (the reason is printed); 8 ``status``
 found a problem.
@@ -9,12 +9,8 @@ found a problem.
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 
-from outbox import api, queries
-from outbox import presentation as out
-from outbox import presentation_pause as pause_view
-from outbox.commands import pause
+from outbox import ops
 from outbox.commands.common import complain, open_database, print_json
 from outbox.commands.options import (
     BIGINT_MAX,
@@ -29,6 +25,12 @@ from outbox.commands.options import (
     whole_number,
 )
 from outbox.errors import InvalidInput, NotFound, Refused, Unhealthy
+from outbox.ops.views import bots as bots_view
+from outbox.ops.views import message as view
+from outbox.ops.views import pause as pause_view
+from outbox.ops.views import status as status_view
+from outbox.ops.views._text import span
+from outbox.schema import current_schema
 
 __all__ = ["register"]
 
@@ -38,10 +40,11 @@ DEFAULT_MAX_LAG = 300.0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_database(args) as engine, engine.begin() as conn:
+    with open_database(args) as conn:
         # One row more than shown tells whether there are more.
-        found = api.list_messages(
+        found = ops.list_messages(
             conn,
+            schema=current_schema(),
             state=args.holat,
             kind=args.tur,
             limit=args.limit + 1,
@@ -51,9 +54,9 @@ def cmd_list(args: argparse.Namespace) -> int:
         )
     messages = found[: args.limit]
     if args.json:
-        print_json([out.message_json(m) for m in messages])
+        print_json([view.message_json(m) for m in messages])
     elif messages:
-        print("\n".join(out.messages_table(messages)))
+        print("\n".join(view.messages_table(messages)))
         if len(found) > args.limit:
             print(f"(the newest {args.limit} shown; more match: --limit N)")
     else:
@@ -62,14 +65,14 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with open_database(args) as engine, engine.begin() as conn:
-        message = api.get_message(conn, args.id)
+    with open_database(args) as conn:
+        message = ops.get_message(conn, args.id, schema=current_schema())
     if message is None:
         raise NotFound(f"no outbox message with id {args.id}")
     if args.json:
-        print_json(out.message_json(message))
+        print_json(view.message_json(message))
     else:
-        print("\n".join(out.message_lines(message)))
+        print("\n".join(view.message_lines(message)))
     return 0
 
 
@@ -82,10 +85,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
     filters = (args.tur, args.since, args.queue, args.bot, args.priority)
     if not bulk and any(f is not None for f in filters):
         raise InvalidInput("--tur, --queue, --bot, --priority and --since only filter --all-failed")
-    with open_database(args) as engine, engine.begin() as conn:
-        results = api.replay(
+    with open_database(args) as conn:
+        results = ops.replay(
             conn,
             None if bulk else args.ids,
+            schema=current_schema(),
             force=args.force,
             kind=args.tur,
             failed_within_seconds=args.since,
@@ -93,138 +97,70 @@ def cmd_replay(args: argparse.Namespace) -> int:
             bot=args.bot,
             priority=args.priority,
         )
-    replayed = [r for r in results if r.replayed]
-    unknown = [r for r in results if r.state is None]
-    refused = [r for r in results if not r.replayed and r.state is not None]
+    refused = [r for r in results if not r.replayed]
     if args.json:
-        print_json(
-            {
-                "replayed": [r.id for r in replayed],
-                "refused": [
-                    {"id": r.id, "holat": r.state, "reason": out.replay_refusal(r)} for r in refused
-                ],
-                "unknown": [r.id for r in unknown],
-            }
-        )
+        print_json(view.replay_json(results))
     else:
         if bulk:
-            print(f"replayed {len(replayed)} failed messages{_bulk_filter(args)}")
+            replayed = sum(r.replayed for r in results)
+            print(f"replayed {replayed} failed messages{_bulk_filter(args)}")
         else:
-            for result in replayed:
-                print(out.replayed_line(result, forced=args.force))
-        for result in (*refused, *unknown):
-            complain(out.replay_refusal(result))
-    if unknown:
+            for result in results:
+                if result.replayed:
+                    print(view.replayed_line(result, forced=args.force))
+        for result in sorted(refused, key=lambda r: r.state is None):
+            complain(view.replay_refusal(result))
+    if any(r.state is None for r in results):
         return NotFound.exit_code
     return Refused.exit_code if refused else 0
 
 
 def _bulk_filter(args: argparse.Namespace) -> str:
-    filters = []
-    if args.tur is not None:
-        filters.append(f"tur {args.tur}")
-    if args.queue is not None:
-        filters.append(f"navbat {args.queue}")
-    if args.bot is not None:
-        filters.append(f"bot {args.bot}")
-    if args.priority is not None:
-        filters.append(f"ustuvorlik {args.priority}")
+    filters = [
+        f"{name} {value}"
+        for name, value in (
+            ("tur", args.tur),
+            ("navbat", args.queue),
+            ("bot", args.bot),
+            ("ustuvorlik", args.priority),
+        )
+        if value is not None
+    ]
     if args.since is not None:
-        filters.append(f"failed in the last {out.span(args.since)}")
+        filters.append(f"failed in the last {span(args.since)}")
     return f" ({', '.join(filters)})" if filters else ""
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with open_database(args) as engine, engine.begin() as conn:
-        status = api.queue_status(conn, lease_seconds=args.lease, queue=args.queue)
-        unserved = api.unserved_queues(conn)
-        bots = api.bot_status(conn, bot=args.bot)
-        # A paused row waits on purpose: only the lag of rows no pause holds is a problem.
-        paused, lags = pause.lag_outside_pauses(
-            conn, status, max_lag=args.max_lag, queue=args.queue
+    with open_database(args) as conn:
+        report = ops.status(
+            conn,
+            schema=current_schema(),
+            lease_seconds=args.lease,
+            max_lag=args.max_lag,
+            queue=args.queue,
+            bot=args.bot,
         )
-    # A paused queue has no relay at work on purpose: that is no warning either.
-    paused_queues = {p.value for p in paused if p.scope is queries.Scope.QUEUE}
-    unserved = {
-        name: due
-        for name, due in unserved.items()
-        if name not in paused_queues and (args.queue is None or name == args.queue)
-    }
-    # A warning, not a problem: the lag says whether the wait has become one (--max-lag).
-    warnings = [out.unserved_line(unserved)] if unserved else []
-    # A bot's rows wait on purpose while it is paused; with no usable token they wait for good.
-    stranded = [b for b in bots if b.pending and b.token is not queries.TokenState.SERVED]
-    if stranded:
-        warnings.append(out.unserved_bots_line(stranded))
+    warnings, problems = status_view.health(
+        report, lease=args.lease, max_lag=args.max_lag, max_failed=args.max_failed
+    )
     for warning in warnings:
         complain(f"warning: {warning}")
-    problems = []
-    lag = max(lags.values(), default=0.0)
-    if lag > args.max_lag:
-        late = _named(status, [name for name, one in lags.items() if one > args.max_lag])
-        problems.append(
-            f"lag {out.span(lag)}{late} is over --max-lag "
-            f"{out.span(args.max_lag)} (is a relay running?)"
-        )
-    if status.stuck_claims:
-        stuck = _in_queues(status, lambda figures: figures.stuck_claims > 0)
-        problems.append(
-            f"{status.stuck_claims} claims{stuck} are older than the {out.span(args.lease)} lease "
-            "or have no claim time (a relay died or hangs, or a row was claimed by hand; "
-            "a running relay reaps them within a minute, or run `outbox reap`)"
-        )
-    if status.never_due:
-        problems.append(
-            f"{status.never_due} pending rows are due at infinity and will never be sent "
-            "(`outbox list --holat kutmoqda`; set their keyingi_urinish, or cancel them)"
-        )
-    if args.max_failed is not None and status.counts["xato"] > args.max_failed:
-        problems.append(
-            f"{status.counts['xato']} failed messages, more than --max-failed {args.max_failed} "
-            "(`outbox list --holat xato`)"
-        )
     if args.json:
-        print_json(
-            {
-                "holat": status.counts,
-                "lag_seconds": status.lag_seconds,
-                "stuck": status.stuck,
-                "stuck_claims": status.stuck_claims,
-                "never_due": status.never_due,
-                "markers": status.markers,
-                "estimated": list(status.estimated),
-                "failed": status.counts["xato"],
-                "healthy": not problems,
-                "problems": problems,
-                "warnings": warnings,
-                "unserved_queues": unserved,
-                "queues": out.queues_json(status.queues),
-                "lanes": out.lanes_json(status.lanes),
-                "bots": [out.bot_json(b) for b in bots],
-                "paused": [pause_view.pause_json(p) for p in paused],
-            }
-        )
+        print_json(status_view.status_json(report, warnings, problems))
     else:
-        print("\n".join(out.status_lines(status, lease=args.lease, max_lag=args.max_lag)))
-        if bots:
-            print("\n".join(out.bots_lines(bots)))
-        if paused:
-            print("\n".join(pause_view.pauses_lines(paused)))
+        print(
+            "\n".join(
+                status_view.status_lines(report.status, lease=args.lease, max_lag=args.max_lag)
+            )
+        )
+        if report.bots:
+            print("\n".join(bots_view.bots_lines(report.bots)))
+        if report.paused:
+            print("\n".join(pause_view.pauses_lines(report.paused)))
     if problems:
         raise Unhealthy("unhealthy: " + "; ".join(problems))
     return 0
-
-
-def _in_queues(status: queries.QueueStatus, matches: Callable[[queries.QueueFigures], bool]) -> str:
-    """Which queues a problem is in (" in queue bot2"), when the status covers several: each
-    bot's relays serve their own queues, so that is where to look."""
-    return _named(status, [name for name, figures in status.queues.items() if matches(figures)])
-
-
-def _named(status: queries.QueueStatus, names: list[str]) -> str:
-    if len(status.queues) < 2 or not names:
-        return ""
-    return f" in queue{'s' if len(names) > 1 else ''} {', '.join(names)}"
 
 
 def register(commands: Commands) -> None:
@@ -307,7 +243,7 @@ def register(commands: Commands) -> None:
         env="OUTBOX_MAX_LAG",
         default=DEFAULT_MAX_LAG,
         convert=duration(),
-        help=f"exit 8 when the oldest due row is older (default {out.span(DEFAULT_MAX_LAG)})",
+        help=f"exit 8 when the oldest due row is older (default {span(DEFAULT_MAX_LAG)})",
         metavar="DURATION",
     )
     status.add(

@@ -1,6 +1,6 @@
 """The operator's pauses and batches: ``outbox pause``, ``resume``, ``pauses`` and ``batch``.
 
-Each parses, opens the database, calls ``outbox.broadcast`` and prints. A pause holds for every
+Each parses, opens the database, calls ``outbox.ops`` and prints. A pause holds for every
 relay from its commit on (their claims read it) and survives restarts; ``resume`` wakes them.
 Exit codes as for the other operator commands: 0 done; 2 invalid input (or, for ``batch``, a
 batch with no rows); 3-5 the database.
@@ -10,16 +10,17 @@ from __future__ import annotations
 
 import argparse
 
-from outbox import broadcast, queries
-from outbox import presentation_pause as view
+from outbox import ops
 from outbox.commands.common import open_database, print_json
 from outbox.commands.options import Commands, Parser, queue_name
 from outbox.errors import InvalidInput, NotFound
-from outbox.queries import Pause, QueueStatus, Scope
+from outbox.ops.views import batch as batch_view
+from outbox.ops.views import pause as view
+from outbox.queries import Scope
 from outbox.queries.pause import check_batch_name, check_name
 from outbox.schema import current_schema
 
-__all__ = ["lag_outside_pauses", "register"]
+__all__ = ["register"]
 
 
 def _scope_of(args: argparse.Namespace) -> tuple[Scope, str]:
@@ -32,8 +33,8 @@ def _scope_of(args: argparse.Namespace) -> tuple[Scope, str]:
 
 def cmd_pause(args: argparse.Namespace) -> int:
     scope, value = _scope_of(args)
-    with open_database(args) as engine, engine.begin() as conn:
-        new = broadcast.pause(conn, scope, value)
+    with open_database(args) as conn:
+        new = ops.pause(conn, scope, value, schema=current_schema())
     what = f"{scope.option} {value}"
     if args.json:
         print_json({"scope": scope.option, "value": value, "paused": True, "already": not new})
@@ -46,8 +47,8 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 def cmd_resume(args: argparse.Namespace) -> int:
     scope, value = _scope_of(args)
-    with open_database(args) as engine, engine.begin() as conn:
-        lifted = broadcast.resume(conn, scope, value)
+    with open_database(args) as conn:
+        lifted = ops.resume(conn, scope, value, schema=current_schema())
     what = f"{scope.option} {value}"
     if args.json:
         print_json({"scope": scope.option, "value": value, "resumed": lifted})
@@ -59,8 +60,8 @@ def cmd_resume(args: argparse.Namespace) -> int:
 
 
 def cmd_pauses(args: argparse.Namespace) -> int:
-    with open_database(args) as engine, engine.begin() as conn:
-        found = broadcast.pauses(conn)
+    with open_database(args) as conn:
+        found = ops.list_pauses(conn, schema=current_schema())
     if args.json:
         print_json([view.pause_json(p) for p in found])
     elif found:
@@ -72,38 +73,20 @@ def cmd_pauses(args: argparse.Namespace) -> int:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     name = check_batch_name(args.name)
-    with open_database(args) as engine, engine.begin() as conn:
-        cancelled = broadcast.cancel_batch(conn, name) if args.cancel else None
-        progress = broadcast.batch_progress(conn, name)
+    with open_database(args) as conn:
+        cancelled, progress = ops.batch(conn, name, schema=current_schema(), cancel=args.cancel)
     if progress.total == 0:
         raise NotFound(f"no outbox rows in batch {name!r}")
     if args.json:
-        document = view.batch_json(progress)
+        document = batch_view.batch_json(progress)
         if cancelled is not None:
             document["cancelled_now"] = cancelled
         print_json(document)
         return 0
     if cancelled is not None:
-        print(
-            f"cancelled {cancelled} waiting messages of batch {name} (xato, 'cancelled by "
-            f"operator'; `outbox replay --all-failed` or the web page sends them again); "
-            f"{progress.sending} being sent now finish"
-        )
-    print("\n".join(view.batch_lines(progress)))
+        print(batch_view.cancelled_line(progress, cancelled))
+    print("\n".join(batch_view.batch_lines(progress)))
     return 0
-
-
-def lag_outside_pauses(
-    conn: queries.SyncConn, status: QueueStatus, *, max_lag: float, queue: str | None
-) -> tuple[list[Pause], dict[str, float]]:
-    """For ``outbox status``: the pauses in force, and per queue the lag that counts (a paused
-    row waits on purpose). Without a pause, or with no lag over ``max_lag``, the status's own
-    figures are the answer and nothing more is read."""
-    pauses = broadcast.pauses(conn)
-    lags = {name: figures.lag_seconds for name, figures in status.queues.items()}
-    if pauses and status.lag_seconds > max_lag:
-        lags = queries.unpaused_lag(conn, schema=current_schema(), queue=queue)
-    return pauses, lags
 
 
 def _add_scope(parser: Parser, verb: str) -> None:

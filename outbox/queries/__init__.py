@@ -1,4 +1,4 @@
-"""Every SQL statement the outbox issues, each named by what it does.
+r"""Every SQL statement the outbox issues, each named by what it does.
 
 Nothing else in the package writes SQL. The statements live here in modules by caller:
 
@@ -6,14 +6,16 @@ Nothing else in the package writes SQL. The statements live here in modules by c
 * ``claim``: the relay's claim (priorities, windows, expiry, send slots, chats' spacing);
 * ``relay``: the rest of the relay's hot path (outcomes, the claim check, the bot's pause);
 * ``timing``: when a relay's queues (or each of its bots) may have work next;
-* ``bots``: each bot's figures for ``outbox status`` and the web page;
 * ``maintenance``: the round's lock, the reaper, retention, idle chats;
-* ``status``: the counts and health of ``outbox status`` and the web page;
-* ``registry``: the fleet's register of relays (heartbeats, the list, unserved queues);
-* ``operator``: reading messages, replaying failures, the web page's other queries;
+* ``status``: the counts and health of ``outbox status`` and the web page, each bot's
+  figures, the fleet's register as operators read it;
+* ``registry``: each relay's heartbeat in the fleet's register;
+* ``operator``: reading messages, replaying failures, cancelling, the web page's figures;
 * ``pause``: the operator's pauses, and the condition the claim keeps them by;
 * ``batch``: batches (broadcasts): the bulk enqueue, a batch's progress and its cancel;
-* ``_common``: tables named per schema, the sync/async runners, the schema's own facts.
+* ``_common``: tables named per schema, the runners, operations, the schema's own facts.
+
+The operator's statements are named queries of ``outbox/sql`` run by ``Operation``\ s.
 
 Callers import from here (``from outbox import queries``; ``queries.claim_due(...)``), not
 from the modules. Times that decide behaviour come from the database clock (``now()``), so
@@ -24,20 +26,22 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-# The connection types and the operation type that callers annotate with: importable from
-# here, as before, though not part of __all__.
-from outbox.queries._common import AsyncConn as AsyncConn
-from outbox.queries._common import Steps as Steps
 from outbox.queries._common import (
+    AnyConn,
+    Operation,
     SyncConn,
     run_async,
     run_sync,
     schema_facts,
     schema_facts_sync,
 )
+
+# The connection types and the operation type that callers annotate with: importable from
+# here, as before, though not part of __all__.
+from outbox.queries._common import AsyncConn as AsyncConn
+from outbox.queries._common import Steps as Steps
 from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
-from outbox.queries.bots import BotFigures, TokenState, bot_status
 from outbox.queries.claim import (
     ClaimedRow,
     ClaimLimits,
@@ -58,10 +62,9 @@ from outbox.queries.operator import (
     Message,
     ReplayResult,
     SentMarker,
-    cancel_by_operator,
+    cancel_waiting,
     count_failed,
-    failed_kinds,
-    failed_priorities,
+    failed_filters,
     finished_per_minute,
     get_message,
     list_messages,
@@ -69,14 +72,7 @@ from outbox.queries.operator import (
     search_messages,
 )
 from outbox.queries.pause import Pause, Scope, list_pauses, pause, resume, unpaused_lag
-from outbox.queries.registry import (
-    RelayRecord,
-    forget_gone_relays,
-    forget_relay,
-    list_relays,
-    relay_heartbeat,
-    unserved_queues,
-)
+from outbox.queries.registry import forget_gone_relays, forget_relay, relay_heartbeat
 from outbox.queries.relay import (
     Outcome,
     announce_pause,
@@ -87,12 +83,18 @@ from outbox.queries.relay import (
 )
 from outbox.queries.status import (
     EXPIRING_WITHIN,
+    BotFigures,
     LaneFigures,
     QueueFigures,
     QueueStatus,
+    RelayRecord,
+    TokenState,
+    bot_status,
     count_by_state,
     lane_figures,
+    list_relays,
     queue_status,
+    unserved_queues,
 )
 from outbox.queries.timing import QueueTiming, bots_timing
 
@@ -102,6 +104,7 @@ if TYPE_CHECKING:
 __all__ = [
     "EXPIRING_WITHIN",
     "Activity",
+    "AnyConn",
     "BatchProgress",
     "BotFigures",
     "ClaimLimits",
@@ -109,6 +112,7 @@ __all__ = [
     "Lane",
     "LaneFigures",
     "Message",
+    "Operation",
     "Outcome",
     "Pause",
     "Pruned",
@@ -129,7 +133,7 @@ __all__ = [
     "bots_timing",
     "cancel",
     "cancel_batch",
-    "cancel_by_operator",
+    "cancel_waiting",
     "claim_due",
     "claim_holder",
     "count_by_state",
@@ -138,8 +142,7 @@ __all__ = [
     "enqueue",
     "enqueue_many",
     "ensure_bot",
-    "failed_kinds",
-    "failed_priorities",
+    "failed_filters",
     "finished_per_minute",
     "forget_gone_relays",
     "forget_idle_chats",

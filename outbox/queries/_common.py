@@ -1,29 +1,31 @@
-"""What every module of ``outbox.queries`` shares: tables named per schema, the runners.
+r"""What every module of ``outbox.queries`` shares: tables named per schema, the runners.
 
-Two kinds of caller, two placeholder styles:
+Three kinds of caller:
 
-* the app and the operator commands run through SQLAlchemy (sync or async sessions and
-  connections, any driver: psycopg, asyncpg), so their statements are ``text()`` with
-  ``:name`` parameters and explicit casts that every driver accepts;
-* the relay's hot path runs on its own psycopg async connections with ``%(name)s``.
+* the app runs its statements through SQLAlchemy, in its own session or connection (sync or
+  async, any driver): ``text()`` with ``:name`` parameters, run by ``run_sync``/``run_async``;
+* the relay's hot path runs on its own psycopg async connections with ``%(name)s``;
+* the operator's reads and actions (the CLI, the web page, and their twins in ``outbox.api``)
+  are :class:`Operation`\ s: generators of named queries of ``outbox/sql``, run on a psycopg
+  connection, sync or async, or on the host's SQLAlchemy connection, by the same code.
 
-Every statement names its tables through ``{outbox}`` and ``{yuborilgan}``, filled in once per
-schema (see ``outbox.schema``): ``_sql`` and ``_text`` here, cached once for the package. A
-state is written ``{pending}``, ``{in_progress}``, ``{done}`` or ``{failed}``: the literal comes
-from ``outbox.states.State``, the one spelling of the states.
+Statements written here name their tables through ``{outbox}`` and ``{yuborilgan}``, filled in
+once per schema (``_sql`` and ``_text``); a state is written ``{pending}``, ``{in_progress}``,
+``{done}`` or ``{failed}``, the literal coming from ``outbox.states.State``.
 """
 
 from __future__ import annotations
 
 import functools
-from collections.abc import Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
 
 import psycopg
 import sqlalchemy as sa
 from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
+from outbox import sql
 from outbox.schema import notify_channel, pause_channel
 from outbox.vocabulary import STATE_LITERALS
 
@@ -34,6 +36,11 @@ if TYPE_CHECKING:
 
 AsyncConn = psycopg.AsyncConnection[Any]
 SyncConn = Connection | Session
+# An operator's connection: the CLI's psycopg one, or the host's SQLAlchemy one (outbox.api).
+AnyConn = psycopg.Connection[Any] | Connection | Session
+
+P = ParamSpec("P")
+T = TypeVar("T")
 
 
 @functools.cache
@@ -55,13 +62,6 @@ def _sql(template: str, schema: str) -> str:
 @functools.cache
 def _text(template: str, schema: str) -> sa.TextClause:
     return sa.text(_sql(template, schema))
-
-
-def _execute(
-    conn: SyncConn, schema: str, template: str, params: Mapping[str, Any] | None = None
-) -> Any:
-    """Run one statement on the caller's sync connection or session, in its transaction."""
-    return conn.execute(_text(template, schema), params or {})
 
 
 # An app-side operation is a generator of (statement, parameters) pairs that receives each
@@ -90,6 +90,56 @@ async def run_async(conn: AsyncAppConn, steps: Steps) -> Any:
         return done.value
 
 
+# --- operations: named queries in sequence -----------------------------------------------------
+
+# (query name, schema, parameters); the generator receives the rows, each readable by name
+# (``row.id``): psycopg's namedtuple rows (``outbox.db`` opens the operator's connections so)
+# or SQLAlchemy's rows.
+Query = tuple[str, str, Mapping[str, Any]]
+Reading = Generator[Query, list[Any], T]
+
+
+def _rows(conn: AnyConn, query: Query) -> list[Any]:
+    name, schema, params = query
+    if isinstance(conn, psycopg.Connection):
+        return sql.fetch_sync(conn, name, schema=schema, params=params)
+    return list(conn.execute(sql.sa_sql(name, schema), dict(params)).fetchall())
+
+
+class Operation(Generic[P, T]):
+    """An operator's reading or action, written once as a generator of named queries; called on
+    a sync connection (``op(conn, ...)``) or awaited on an async one (``op.run_async``). An
+    operation composes others with ``yield from other.steps(...)``; it runs in the caller's
+    transaction and never commits."""
+
+    def __init__(self, steps: Callable[P, Reading[T]]) -> None:
+        self.steps = steps
+        functools.update_wrapper(self, steps)
+
+    def __call__(self, conn: AnyConn, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        reading = self.steps(*args, **kwargs)
+        try:
+            query = next(reading)
+            while True:
+                query = reading.send(_rows(conn, query))
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+    async def run_async(self, conn: AsyncConn, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        reading = self.steps(*args, **kwargs)
+        try:
+            name, schema, params = next(reading)
+            while True:
+                rows = await sql.fetch(conn, name, schema=schema, params=params)
+                name, schema, params = reading.send(rows)
+        except StopIteration as done:
+            return done.value  # type: ignore[no-any-return]
+
+
+def operation(steps: Callable[P, Reading[T]]) -> Operation[P, T]:
+    return Operation(steps)
+
+
 # --- the schema itself -------------------------------------------------------------------------
 
 # Every outbox migration writes "outbox-telegram <revision>" into the outbox table's comment,
@@ -115,7 +165,10 @@ async def schema_facts(conn: AsyncConn, *, schema: str) -> tuple[str, frozenset[
     return _schema_facts(await cursor.fetchone())
 
 
-def schema_facts_sync(conn: SyncConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
+def schema_facts_sync(conn: AnyConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
     """``schema_facts`` on an app or operator connection."""
+    if isinstance(conn, psycopg.Connection):
+        found = conn.execute(_SCHEMA_FACTS, {"table": f'"{schema}".outbox'}).fetchone()
+        return _schema_facts(found)
     statement = sa.text(_SCHEMA_FACTS.replace("%(table)s", ":table"))
     return _schema_facts(conn.execute(statement, {"table": f'"{schema}".outbox'}).first())

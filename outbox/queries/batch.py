@@ -3,7 +3,7 @@
 A batch is the rows that share a ``partiya`` (outbox_0006); its index holds those rows only,
 by state and last change, which is what the progress counts and the cancel walks. The bulk
 enqueue is an app operation (see ``run_sync``/``run_async``); progress and cancel are operator
-statements on a sync connection or session.
+operations (``outbox/sql/batch.sql``).
 """
 
 from __future__ import annotations
@@ -14,12 +14,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox.queries._common import Steps, SyncConn, _execute, _text
+from outbox.queries._common import AnyConn, Reading, Steps, _text, operation
 from outbox.queries.app import Lane
-from outbox.queries.operator import CANCELLED_BY_OPERATOR
+from outbox.queries.operator import cancel_waiting
 from outbox.queries.pause import Pause, Scope
 from outbox.schema import DEFAULT_QUEUE
-from outbox.states import FailureCode
 
 __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 
@@ -105,33 +104,9 @@ class BatchProgress:
 
 RATE_WINDOW_SECONDS = 60.0
 
-# Served by the batch index (partiya, holat, yangilangan). A row is paused if its batch, its
-# queue or its kind is: the pauses are read first and passed in (a handful of names).
-_BATCH_PROGRESS = """
-SELECT count(*) AS total,
-       count(*) FILTER (WHERE holat = {done}) AS sent,
-       count(*) FILTER (WHERE holat = {failed}) AS failed,
-       count(*) FILTER (WHERE holat = {failed} AND xato_turi = :cancelled) AS cancelled,
-       count(*) FILTER (WHERE holat = {in_progress}) AS sending,
-       count(*) FILTER (WHERE holat = {pending} AND (CAST(:batch_paused AS boolean)
-                        OR navbat = ANY(CAST(:queues AS text[]))
-                        OR tur = ANY(CAST(:kinds AS text[])))) AS paused,
-       count(*) FILTER (WHERE holat = {pending}) AS pending,
-       count(*) FILTER (WHERE holat = {done}
-                        AND yangilangan > now() - make_interval(secs => :window)) AS recent,
-       min(yangilangan) FILTER (WHERE holat = {done}
-                        AND yangilangan > now() - make_interval(secs => :window)) AS recent_from,
-       min(yaratilgan) AS started,
-       max(yangilangan) FILTER (WHERE holat = {done}) AS last_sent,
-       now() AS now
-FROM {outbox}
-WHERE partiya = :partiya
-"""
 
-
-def batch_progress(
-    conn: SyncConn, name: str, pauses: Sequence[Pause], *, schema: str
-) -> BatchProgress:
+@operation
+def batch_progress(name: str, pauses: Sequence[Pause], *, schema: str) -> Reading[BatchProgress]:
     """The figures of batch ``name`` (all zero if it has no rows), given the pauses in force."""
 
     def named(scope: Scope) -> list[str]:
@@ -139,14 +114,14 @@ def batch_progress(
 
     params = {
         "partiya": name,
-        "cancelled": FailureCode.CANCELLED.value,
         "batch_paused": name in named(Scope.BATCH),
         "queues": named(Scope.QUEUE),
         "kinds": named(Scope.KIND),
         "window": RATE_WINDOW_SECONDS,
     }
-    r = _execute(conn, schema, _BATCH_PROGRESS, params).one()
-    waiting = int(r.pending) - int(r.paused)
+    (r,) = yield "batch_progress", schema, params
+    paused, sending = int(r.paused), int(r.sending)
+    waiting = int(r.pending) - paused
     rate = 0.0
     if r.recent and r.recent_from is not None:
         # Over the window, or since the first send in it if sending began less than a window
@@ -154,16 +129,15 @@ def batch_progress(
         span = max(1.0, min(RATE_WINDOW_SECONDS, (r.now - r.recent_from).total_seconds()))
         rate = int(r.recent) / span
     expected_end = None
-    left = waiting + int(r.sending)
-    if left == 0 and int(r.paused) == 0:
+    if waiting + sending == 0 and paused == 0:
         expected_end = r.last_sent
-    elif rate > 0 and int(r.paused) == 0:
-        expected_end = r.now + timedelta(seconds=left / rate)
+    elif rate > 0 and paused == 0:
+        expected_end = r.now + timedelta(seconds=(waiting + sending) / rate)
     held = tuple(
         p
         for p in pauses
         if (p.scope == Scope.BATCH and p.value == name)
-        or (int(r.paused) and p.scope in (Scope.QUEUE, Scope.KIND))
+        or (paused and p.scope in (Scope.QUEUE, Scope.KIND))
     )
     return BatchProgress(
         name=name,
@@ -171,9 +145,9 @@ def batch_progress(
         sent=int(r.sent),
         failed=int(r.failed),
         cancelled=int(r.cancelled),
-        sending=int(r.sending),
+        sending=sending,
         waiting=waiting,
-        paused=int(r.paused),
+        paused=paused,
         rate=rate,
         expected_end=expected_end,
         started=r.started,
@@ -182,13 +156,7 @@ def batch_progress(
     )
 
 
-# An operator's cancel of a whole batch, as the web page cancels one message: the waiting rows
-# move to xato with the reason, replayable. Rows a relay holds now are on their way to Telegram
-# and are left to finish.
-_CANCEL_BATCH = CANCELLED_BY_OPERATOR + "WHERE partiya = :partiya AND holat = {pending}\n"
-
-
-def cancel_batch(conn: SyncConn, name: str, *, schema: str) -> int:
-    """Every waiting row of batch ``name`` -> xato ('cancelled by operator'); how many."""
-    params = {"partiya": name, "code": FailureCode.CANCELLED.value}
-    return int(_execute(conn, schema, _CANCEL_BATCH, params).rowcount)
+def cancel_batch(conn: AnyConn, name: str, *, schema: str) -> int:
+    """Every waiting row of batch ``name`` -> xato ('cancelled by operator'); how many. Rows a
+    relay holds now are on their way to Telegram and are left to finish."""
+    return cancel_waiting(conn, schema=schema, batch=name)

@@ -5,7 +5,7 @@ A pause is a row of ``pauza`` (outbox_0006), so it holds for the whole fleet fro
 on and a restart cannot undo it; the paused rows stay ``kutmoqda``. The claim and the relay's
 timing read it through :func:`not_paused` (a condition on the rows, applied before the claim's
 LIMIT, so paused rows never fill a claim nor hold back the others); the operator's commands and
-the web page write it through SQLAlchemy on a sync connection or session.
+the web page write it through the named queries of ``outbox/sql/pause.sql``.
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from datetime import datetime
 from enum import StrEnum
 
 from outbox.errors import InvalidInput
-from outbox.queries._common import SyncConn, _execute
+from outbox.queries._common import Reading, operation
+from outbox.schema import notify_channel
 
 __all__ = [
     "Pause",
@@ -84,22 +85,7 @@ def not_paused(row: str, *, queue: str = "%(navbat)s", bot: str = "%(bot)s") -> 
     return _NOT_PAUSED.replace("{row}", row).replace("{queue}", queue).replace("{bot}", bot)
 
 
-# --- the operator's side ---------------------------------------------------------------------
-
-_PAUSE = """
-INSERT INTO {pauza} (doira, qiymat) VALUES (:doira, :qiymat)
-ON CONFLICT (doira, qiymat) DO NOTHING
-RETURNING yaratilgan
-"""
-
-# A resume wakes every listening relay: the rows it frees may be due already, and an idle
-# relay would otherwise find them at its next poll.
-_RESUME = """
-WITH gone AS (DELETE FROM {pauza} WHERE doira = :doira AND qiymat = :qiymat RETURNING 1)
-SELECT true FROM gone, pg_notify('{notify_channel}', '') AS woken
-"""
-
-_LIST_PAUSES = "SELECT doira, qiymat, yaratilgan FROM {pauza} ORDER BY doira, qiymat"
+# --- the operator's side (outbox/sql/pause.sql) ------------------------------------------------
 
 
 def check_name(value: str, what: str = "a pause") -> str:
@@ -115,43 +101,30 @@ def check_batch_name(value: str) -> str:
     return check_name(value, "a batch")
 
 
-def pause(conn: SyncConn, scope: Scope, value: str, *, schema: str) -> bool:
+@operation
+def pause(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
     """Pause ``scope`` = ``value`` for every relay; False if it was paused already."""
-    params = {"doira": scope.value, "qiymat": check_name(value)}
-    return _execute(conn, schema, _PAUSE, params).first() is not None
+    rows = yield "pause", schema, {"doira": scope.value, "qiymat": check_name(value)}
+    return bool(rows)
 
 
-def resume(conn: SyncConn, scope: Scope, value: str, *, schema: str) -> bool:
-    """Lift the pause of ``scope`` = ``value``; False if it was not paused."""
-    params = {"doira": scope.value, "qiymat": check_name(value)}
-    return _execute(conn, schema, _RESUME, params).first() is not None
+@operation
+def resume(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
+    """Lift the pause of ``scope`` = ``value`` (waking the relays); False if it was not paused."""
+    params = {"doira": scope.value, "qiymat": check_name(value), "channel": notify_channel(schema)}
+    return bool((yield "resume", schema, params))
 
 
-def list_pauses(conn: SyncConn, *, schema: str) -> list[Pause]:
+@operation
+def list_pauses(*, schema: str) -> Reading[list[Pause]]:
     """Every pause in force, by scope and name."""
-    return [
-        Pause(Scope(scope), str(value), since)
-        for scope, value, since in _execute(conn, schema, _LIST_PAUSES)
-    ]
+    rows = yield "list_pauses", schema, {}
+    return [Pause(Scope(row.scope), str(row.value), row.since) for row in rows]
 
 
-# The age of the oldest due row that no pause holds, per queue: what `outbox status` calls lag
-# while something is paused (a paused queue's rows wait on purpose). Run only then.
-_UNPAUSED_LAG = """
-SELECT o.navbat, extract(epoch FROM now() - min(o.keyingi_urinish))::float8
-FROM {outbox} o
-WHERE o.holat = {pending} AND o.keyingi_urinish <= now() AND o.keyingi_urinish > '-infinity'
-  AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
-  AND NOT EXISTS (SELECT 1 FROM {pauza} p
-                  WHERE (p.doira = 'navbat' AND p.qiymat = o.navbat)
-                     OR (p.doira = 'tur' AND p.qiymat = o.tur)
-                     OR (p.doira = 'partiya' AND p.qiymat = o.partiya))
-GROUP BY o.navbat
-"""
-
-
-def unpaused_lag(conn: SyncConn, *, schema: str, queue: str | None = None) -> dict[str, float]:
+@operation
+def unpaused_lag(*, schema: str, queue: str | None = None) -> Reading[dict[str, float]]:
     """Per queue, the seconds the oldest due row that no pause holds has waited (queues with
     none are left out)."""
-    rows = _execute(conn, schema, _UNPAUSED_LAG, {"navbat": queue})
-    return {str(name): max(float(lag), 0.0) for name, lag in rows}
+    rows = yield "unpaused_lag", schema, {"navbat": queue}
+    return {str(row.queue): max(float(row.lag), 0.0) for row in rows}

@@ -1,26 +1,25 @@
-"""The queue's counts and health: ``outbox status``, the web page's header, health checks.
-
-Operator statements, run through SQLAlchemy on a sync connection or session.
-"""
+"""The queue's counts and health (``outbox status``, the web page's header, health checks), each
+bot's figures, and the fleet's register as operators read it: operations of named queries
+(``outbox/sql/status.sql``)."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import json
 from dataclasses import dataclass, field
+from datetime import datetime
+from enum import StrEnum
 from typing import Any
 
-from outbox.queries._common import SyncConn, _execute
-from outbox.states import FailureCode, State
-
-# --- reading -------------------------------------------------------------------------------------
-
-_COUNT_BY_STATE = "SELECT holat, count(*) FROM {outbox} GROUP BY holat"
+from outbox.queries._common import Reading, operation
+from outbox.queries.registry import MISSED_BEATS
+from outbox.states import State
 
 
-def count_by_state(conn: SyncConn, *, schema: str) -> dict[str, int]:
+@operation
+def count_by_state(*, schema: str) -> Reading[dict[str, int]]:
     counts: dict[str, int] = dict.fromkeys(State, 0)
-    for state, count in _execute(conn, schema, _COUNT_BY_STATE).fetchall():
-        counts[state] = int(count)
+    for row in (yield "count_by_state", schema, {}):
+        counts[row.state] = int(row.n)
     return counts
 
 
@@ -61,11 +60,6 @@ class LaneFigures:
         due rows (an outbox without priorities has all its rows at 0)."""
         return len(self.due_per_priority) > 1 or any(self.due_per_priority)
 
-    @property
-    def in_use(self) -> bool:
-        """Whether any lane figure is worth a line: a plain outbox shows none of them."""
-        return self.prioritised or bool(self.windowed or self.expiring or self.expired)
-
 
 @dataclass(frozen=True, slots=True)
 class QueueStatus:
@@ -87,160 +81,70 @@ class QueueStatus:
     lanes: LaneFigures = field(default_factory=LaneFigures)
 
 
-# A status is a health check, run often: the live states are counted through their partial
-# indexes (as large as the backlog), while done rows and sent markers, which grow with every
-# message ever sent until retention removes them, are counted only in small tables and
-# otherwise read from the planner's statistics (kept fresh by autovacuum).
-EXACT_COUNT_BELOW = 200_000  # rows, by the statistics: above this, estimate
-
-# One queue's figures. The plain (holat) conditions first keep the partial indexes usable.
-_QUEUE_STATUS = """
-SELECT
-    (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND navbat = :navbat) AS pending,
-    (SELECT count(*) FROM {outbox} WHERE holat = {in_progress} AND navbat = :navbat)
-        AS in_progress,
-    (SELECT count(*) FROM {outbox} WHERE holat = {failed} AND navbat = :navbat) AS failed,
-    (SELECT coalesce(extract(epoch FROM now() - min(keyingi_urinish)), 0)::float8
-     FROM {outbox} WHERE holat = {pending} AND keyingi_urinish <= now()
-                     AND keyingi_urinish > '-infinity' AND navbat = :navbat) AS lag,
-    (SELECT count(*) FROM {outbox} WHERE holat = {in_progress} AND navbat = :navbat
-        AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
-             OR band_vaqti < now() - make_interval(secs => :lease))) AS stuck_claims,
-    (SELECT count(*) FROM {outbox} WHERE holat = {pending} AND keyingi_urinish = 'infinity'
-        AND navbat = :navbat) AS never_due
-"""
-
-# The tables' sizes by the planner's statistics: whether done rows and markers are counted.
-_TABLE_SIZES = """
-SELECT (SELECT reltuples::float8 FROM pg_class WHERE oid = '{outbox}'::regclass),
-       (SELECT reltuples::float8 FROM pg_class WHERE oid = '{yuborilgan}'::regclass)
-"""
-
-# The figures of every queue, from which the whole outbox's are summed. Each state is read on
-# its own, so that its partial index
-# serves it: pending rows from (navbat, keyingi_urinish, id) alone. Done rows only in a table
-# small enough to count them.
-_STATUS_PER_QUEUE = """
-SELECT navbat AS queue,
-       count(*) FILTER (WHERE holat = {pending}) AS pending,
-       count(*) FILTER (WHERE holat = {in_progress}) AS in_progress,
-       count(*) FILTER (WHERE holat = {done}) AS done,
-       count(*) FILTER (WHERE holat = {failed}) AS failed,
-       coalesce(extract(epoch FROM now() - min(keyingi_urinish) FILTER (
-           WHERE holat = {pending} AND keyingi_urinish <= now()
-             AND keyingi_urinish > '-infinity')), 0)::float8 AS lag,
-       count(*) FILTER (WHERE holat = {in_progress} AND (band_vaqti IS NULL
-           OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease)))
-           AS stuck_claims,
-       count(*) FILTER (WHERE holat = {pending} AND keyingi_urinish = 'infinity') AS never_due
-FROM (
-    SELECT navbat, {pending} AS holat, keyingi_urinish, NULL::timestamptz AS band_vaqti
-    FROM {outbox} WHERE holat = {pending}
-    UNION ALL
-    SELECT navbat, {in_progress}, NULL, band_vaqti FROM {outbox} WHERE holat = {in_progress}
-    UNION ALL
-    SELECT navbat, {failed}, NULL, NULL FROM {outbox} WHERE holat = {failed}
-    UNION ALL
-    SELECT navbat, {done}, NULL, NULL FROM {outbox}
-    WHERE holat = {done} AND CAST(:count_done AS boolean)
-) r
-GROUP BY navbat
-ORDER BY navbat
-"""
-
-# The lanes' figures in one statement: the pending rows read once through their partial index
-# (ustuvorlik and keyingi_urinish from outbox_ustuvorlik_idx; eng_erta and eskirish from the
-# row), the failed ones through theirs.
-_LANE_FIGURES = """
-SELECT ustuvorlik AS priority,
-       count(*) FILTER (WHERE keyingi_urinish <= now()) AS due,
-       count(*) FILTER (WHERE eng_erta IS NOT NULL) AS windowed,
-       count(*) FILTER (WHERE eskirish <= now() + make_interval(secs => :within)) AS expiring,
-       0::bigint AS expired
-FROM {outbox}
-WHERE holat = {pending} AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
-GROUP BY ustuvorlik
-UNION ALL
-SELECT NULL, 0, 0, 0, count(*)
-FROM {outbox}
-WHERE holat = {failed} AND xato_turi = CAST(:expired AS text)
-  AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
-"""
-
-_COUNT_DONE = "SELECT count(*) FROM {outbox} WHERE holat = {done} AND navbat = :navbat"
-_COUNT_MARKERS = "SELECT count(*) FROM {yuborilgan}"
+# Done rows and sent markers are counted only below this many rows (by the statistics);
+# above, their totals are estimated.
+EXACT_COUNT_BELOW = 200_000
 
 
+@operation
 def queue_status(
-    conn: SyncConn,
-    *,
-    schema: str,
-    lease_seconds: float,
-    exact_below: int | None = None,
-    queue: str | None = None,
-) -> QueueStatus:
+    *, schema: str, lease_seconds: float, exact_below: int | None = None, queue: str | None = None
+) -> Reading[QueueStatus]:
     """Counts and health, of every queue or of ``queue`` (its done rows then counted exactly;
     sent markers are the whole outbox's)."""
     threshold = EXACT_COUNT_BELOW if exact_below is None else exact_below
-    params = {"lease": float(lease_seconds), "navbat": queue}
-    outbox_rows, marker_rows = _execute(conn, schema, _TABLE_SIZES).one()
-    estimated: list[str] = []
-    if queue is None:
-        # reltuples is -1 until a table is first vacuumed or analyzed: below any threshold.
-        count_done = outbox_rows < threshold
-        per_queue = _status_per_queue(conn, schema, params, count_done)
-        figures = per_queue.values()
-        pending, in_progress, failed = (
-            sum(f.counts[state] or 0 for f in figures)
-            for state in (State.PENDING, State.IN_PROGRESS, State.FAILED)
+    tables = {"outbox": f'"{schema}".outbox', "markers": f'"{schema}".yuborilgan'}
+    (sizes,) = yield "table_sizes", schema, tables
+    # reltuples is -1 until a table is first vacuumed or analysed: below any threshold.
+    count_done = queue is not None or sizes.outbox_rows < threshold
+    params = {"lease": float(lease_seconds), "navbat": queue, "count_done": count_done}
+    per_queue: dict[str, QueueFigures] = {}
+    for row in (yield "status_per_queue", schema, params):
+        counts: dict[str, int | None] = {
+            State.PENDING: int(row.pending),
+            State.IN_PROGRESS: int(row.in_progress),
+            State.DONE: int(row.done) if count_done else None,
+            State.FAILED: int(row.failed),
+        }
+        per_queue[str(row.queue)] = QueueFigures(
+            counts, max(float(row.lag), 0.0), int(row.stuck_claims), int(row.never_due)
         )
-        lag = max((f.lag_seconds for f in figures), default=0.0)
-        stuck = sum(f.stuck_claims for f in figures)
-        never_due = sum(f.never_due for f in figures)
-        if count_done:
-            done = sum(f.counts[State.DONE] or 0 for f in figures)
-        else:
-            done = max(0, round(outbox_rows) - pending - in_progress - failed)
-            estimated.append(State.DONE)
-    else:
-        one = _execute(conn, schema, _QUEUE_STATUS, params).one()
-        pending, in_progress, failed = one.pending, one.in_progress, one.failed
-        lag, stuck, never_due = one.lag, one.stuck_claims, one.never_due
-        done = _execute(conn, schema, _COUNT_DONE, {"navbat": queue}).scalar_one()
-    if marker_rows >= threshold:
-        markers = max(0, round(marker_rows))
+    if queue is not None and queue not in per_queue:
+        per_queue[queue] = QueueFigures(dict.fromkeys(State, 0), 0.0)
+    figures = per_queue.values()
+    totals: dict[str, int] = {state: sum(f.counts[state] or 0 for f in figures) for state in State}
+    estimated: list[str] = []
+    if not count_done:
+        live = totals[State.PENDING] + totals[State.IN_PROGRESS] + totals[State.FAILED]
+        totals[State.DONE] = max(0, round(sizes.outbox_rows) - live)
+        estimated.append(State.DONE)
+    if sizes.marker_rows >= threshold:
+        markers = max(0, round(sizes.marker_rows))
         estimated.append("markers")
     else:
-        markers = _execute(conn, schema, _COUNT_MARKERS).scalar_one()
-    counts: dict[str, int] = {
-        State.PENDING: pending,
-        State.IN_PROGRESS: in_progress,
-        State.DONE: done,
-        State.FAILED: failed,
-    }
-    totals = {state: int(n) for state, n in counts.items()}
-    lag_seconds = max(float(lag), 0.0)
-    if queue is not None:
-        per_queue = {queue: QueueFigures(dict(totals), lag_seconds, int(stuck), int(never_due))}
+        (counted,) = yield "count_markers", schema, {}
+        markers = int(counted.markers)
+    stuck = sum(f.stuck_claims for f in figures)
+    never_due = sum(f.never_due for f in figures)
     return QueueStatus(
         counts=totals,
-        lag_seconds=lag_seconds,
-        stuck=int(stuck) + int(never_due),
-        markers=int(markers),
+        lag_seconds=max((f.lag_seconds for f in figures), default=0.0),
+        stuck=stuck + never_due,
+        markers=markers,
         estimated=tuple(estimated),
-        stuck_claims=int(stuck),
-        never_due=int(never_due),
+        stuck_claims=stuck,
+        never_due=never_due,
         queues=per_queue,
-        lanes=lane_figures(conn, schema=schema, queue=queue),
+        lanes=(yield from lane_figures.steps(schema=schema, queue=queue)),
     )
 
 
-def lane_figures(conn: SyncConn, *, schema: str, queue: str | None = None) -> LaneFigures:
+@operation
+def lane_figures(*, schema: str, queue: str | None = None) -> Reading[LaneFigures]:
     """Priorities, windows and expiry of every queue's rows, or of ``queue``'s."""
-    params = {"navbat": queue, "within": EXPIRING_WITHIN, "expired": FailureCode.EXPIRED.value}
     due: dict[int, int] = {}
     windowed = expiring = expired = 0
-    for row in _execute(conn, schema, _LANE_FIGURES, params):
+    for row in (yield "lane_figures", schema, {"navbat": queue, "within": EXPIRING_WITHIN}):
         if row.priority is None:  # the failed rows' part
             expired += int(row.expired)
             continue
@@ -256,19 +160,104 @@ def lane_figures(conn: SyncConn, *, schema: str, queue: str | None = None) -> La
     )
 
 
-def _status_per_queue(
-    conn: SyncConn, schema: str, params: Mapping[str, Any], count_done: bool
-) -> dict[str, QueueFigures]:
-    rows = _execute(conn, schema, _STATUS_PER_QUEUE, {**params, "count_done": count_done})
-    per_queue = {}
-    for row in rows:
-        counts: dict[str, int | None] = {
-            State.PENDING: int(row.pending),
-            State.IN_PROGRESS: int(row.in_progress),
-            State.DONE: int(row.done) if count_done else None,
-            State.FAILED: int(row.failed),
-        }
-        per_queue[str(row.queue)] = QueueFigures(
-            counts, max(float(row.lag), 0.0), int(row.stuck_claims), int(row.never_due)
+# --- the fleet: relays and bots ------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RelayRecord:
+    """One relay of the register, as read now."""
+
+    id: str
+    host: str
+    pid: int
+    version: str
+    queues: tuple[str, ...]
+    bots: tuple[str, ...]
+    rejected_bots: tuple[str, ...]
+    started_at: datetime
+    last_seen: datetime
+    interval: float
+    in_flight: int
+    totals: dict[str, int]
+    alive: bool
+    silent_seconds: float  # since its last heartbeat
+
+
+def _relay(row: Any) -> RelayRecord:
+    totals = row.totals if isinstance(row.totals, dict) else json.loads(row.totals)
+    return RelayRecord(
+        id=row.id,
+        host=row.host,
+        pid=row.pid,
+        version=row.version,
+        queues=tuple(row.queues),
+        bots=tuple(row.bots),
+        rejected_bots=tuple(row.rejected_bots),
+        started_at=row.started_at,
+        last_seen=row.last_seen,
+        interval=float(row.interval),
+        in_flight=row.in_flight,
+        totals={str(k): int(v) for k, v in totals.items()},
+        alive=bool(row.alive),
+        silent_seconds=float(row.silent_seconds),
+    )
+
+
+@operation
+def list_relays(*, schema: str) -> Reading[list[RelayRecord]]:
+    """Every relay in the register, alive or gone, by host and pid."""
+    rows = yield "list_relays", schema, {"missed_beats": MISSED_BEATS}
+    return [_relay(row) for row in rows]
+
+
+@operation
+def unserved_queues(*, schema: str) -> Reading[dict[str, int]]:
+    """Queues with due rows that no live relay serves, and how many rows are due in each."""
+    rows = yield "unserved_queues", schema, {"missed_beats": MISSED_BEATS}
+    return {str(row.queue): int(row.due) for row in rows}
+
+
+class TokenState(StrEnum):
+    SERVED = "served"  # a live relay holds a token Telegram accepts
+    REJECTED = "rejected"  # every live relay that holds it was told 401
+    MISSING = "missing"  # no live relay holds its token: its rows wait
+
+
+@dataclass(frozen=True, slots=True)
+class BotFigures:
+    bot: str
+    pending: int
+    in_progress: int
+    failed: int
+    lag_seconds: float  # age of its oldest due pending row; 0 when none is due
+    relays: int  # live relays that hold its token
+    token: TokenState
+    flood_paused: bool  # Telegram's flood control (bot_holati.pauza_tugashi)
+    operator_paused: bool  # outbox pause --bot
+
+
+def _token(relays: int, rejected: int) -> TokenState:
+    if not relays:
+        return TokenState.MISSING
+    return TokenState.REJECTED if rejected >= relays else TokenState.SERVED
+
+
+@operation
+def bot_status(*, schema: str, bot: str | None = None) -> Reading[list[BotFigures]]:
+    """The figures of every bot that rows name or a live relay serves (or of ``bot``). The
+    token itself is never in the database: the register holds the bots' public ids."""
+    rows = yield "bot_status", schema, {"bot": bot, "missed_beats": MISSED_BEATS}
+    return [
+        BotFigures(
+            bot=str(row.bot),
+            pending=int(row.pending),
+            in_progress=int(row.in_progress),
+            failed=int(row.failed),
+            lag_seconds=max(float(row.lag), 0.0),
+            relays=int(row.relays),
+            token=_token(int(row.relays), int(row.rejected)),
+            flood_paused=bool(row.flood_paused),
+            operator_paused=bool(row.operator_paused),
         )
-    return per_queue
+        for row in rows
+    ]

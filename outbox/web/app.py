@@ -1,9 +1,9 @@
 """The operator's page: an aiohttp application rendering Jinja2 templates.
 
-Reading and writing go through ``outbox.api`` and ``outbox.queries`` on a small SQLAlchemy
-pool, in worker threads so that a slow query never stalls the event loop. Every request passes
-``gate`` (sign-in, origin and form token, the security headers and error pages); every action
-is a POST and leaves its trace in the row's tarix.
+Reading and writing go through ``outbox.ops`` on psycopg's async connections, one per request
+and its transaction. Every request passes ``gate`` (sign-in, origin and form token, the
+security headers and error pages); every action is a POST and leaves its trace in the row's
+tarix.
 """
 
 from __future__ import annotations
@@ -11,27 +11,26 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any, TypeVar
+from typing import Any, ParamSpec, TypeVar
 
 from aiohttp import web
-from sqlalchemy import Connection
-from sqlalchemy.engine import Engine
 
-from outbox import api, queries
-from outbox.db import check_schema_sync, connect_errors, create_engine, redact_url
+from outbox import ops
+from outbox.db import check_schema, redact_url
 from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
-from outbox.queries import Message
+from outbox.ops.views import message as message_view
+from outbox.ops.views import status as status_view
+from outbox.queries import Message, Operation
 from outbox.schema import DEFAULT_QUEUE, validate_queue
 from outbox.states import State
-from outbox.web import inputs, views
+from outbox.web import inputs
 from outbox.web.auth import Guard, Proxies, check_bind
 from outbox.web.base import (
     CONFIG,
-    DB,
     GUARD,
     PROXIES,
     TEMPLATES,
@@ -46,6 +45,7 @@ from outbox.web.throttle import SignInThrottle
 __all__ = ["WebConfig", "build_app", "serve"]
 
 log = logging.getLogger("outbox.web")
+P = ParamSpec("P")
 T = TypeVar("T")
 
 FAILED_LIMIT = 100  # failed messages listed on the front page
@@ -67,38 +67,27 @@ def _static_files() -> dict[str, tuple[bytes, str]]:
     return files
 
 
-# --- the database, off the event loop ------------------------------------------------------------
+# --- the database ---------------------------------------------------------------------------------
 
 
-async def _in_db(request: web.Request, work: Callable[[Connection], T]) -> T:
-    """Run ``work`` in one transaction in a worker thread; commit if it returns."""
-    engine = request.app[DB]
-    config = request.app[CONFIG]
-
-    def run() -> T:
-        with connect_errors(config.database_url), engine.begin() as conn:
-            return work(conn)
-
-    return await asyncio.to_thread(run)
+async def run(request: web.Request, op: Operation[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """Run one operation on a connection of its own, in one transaction, committed if it
+    returns."""
+    async with ops.connect_async(request.app[CONFIG].database_url) as conn:
+        return await op.run_async(conn, *args, **kwargs)
 
 
-# --- pages ----------------------------------------------------------------------------------------
-
-
-def _overview(conn: Connection, config: WebConfig) -> dict[str, Any]:
-    status = api.queue_status(conn, lease_seconds=config.lease_seconds, schema=config.schema)
-    activity = queries.finished_per_minute(conn, schema=config.schema)
-    now = datetime.now(UTC)
+def _overview(shown: ops.Overview, config: WebConfig) -> dict[str, Any]:
     return {
-        "status": status,
-        "bars": views.chart_bars(activity),
-        "delivered_hour": sum(activity.delivered),
-        "failed_hour": sum(activity.failed),
-        "updated": now.strftime("%H:%M:%S UTC"),
+        "status": shown.status,
+        "bars": status_view.chart_bars(shown.activity),
+        "delivered_hour": sum(shown.activity.delivered),
+        "failed_hour": sum(shown.activity.failed),
+        "updated": datetime.now(UTC).strftime("%H:%M:%S UTC"),
         "lease": config.lease_seconds,
-        "relays": api.relays(conn, schema=config.schema),
-        "unserved": api.unserved_queues(conn, schema=config.schema),
-        "bots": api.bot_status(conn, schema=config.schema),
+        "relays": shown.relays,
+        "unserved": shown.unserved,
+        "bots": shown.bots,
     }
 
 
@@ -133,16 +122,14 @@ class _FailedFilter:
         priority = inputs.priority(priority_text) if priority_text else None
         return cls(kind, queue, since_text, since, priority)
 
-    def messages(self, conn: Connection, *, schema: str, limit: int) -> list[Message]:
-        return api.failed_messages(
-            conn,
-            kind=self.kind,
-            queue=self.queue,
-            failed_within_seconds=self.since,
-            limit=limit,
-            schema=schema,
-            priority=self.priority,
-        )
+    def filters(self) -> dict[str, Any]:
+        """The filter as the operations take it."""
+        return {
+            "kind": self.kind,
+            "queue": self.queue,
+            "failed_within_seconds": self.since,
+            "priority": self.priority,
+        }
 
     def fields(self) -> dict[str, Any]:
         """The filter as the templates show it and put it back into forms ('' for any)."""
@@ -157,28 +144,32 @@ class _FailedFilter:
 async def index(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
     chosen = _FailedFilter.read(request.query)
-
-    def read(conn: Connection) -> dict[str, Any]:
-        overview = _overview(conn, config)
-        failed = chosen.messages(conn, schema=config.schema, limit=FAILED_LIMIT + 1)
-        # The status counts every queue's failed rows already: the filter's choices come from it.
-        per_queue = overview["status"].queues
-        return {
-            **overview,
-            "failed": failed[:FAILED_LIMIT],
-            "more_failed": len(failed) > FAILED_LIMIT,
-            "kinds": queries.failed_kinds(conn, schema=config.schema),
-            # Offered once a failed row has a priority (an outbox without lanes: no filter).
-            "priorities": [str(p) for p in queries.failed_priorities(conn, schema=config.schema)],
-            "queues": [name for name, figures in per_queue.items() if figures.counts[State.FAILED]],
-            # Each card names its queue unless the outbox has only the default one (one bot).
-            "with_queue": any(queue != DEFAULT_QUEUE for queue in per_queue),
-            "pauses": queries.list_pauses(conn, schema=config.schema),
-        }
-
+    front = await run(
+        request,
+        ops.front_page,
+        schema=config.schema,
+        lease_seconds=config.lease_seconds,
+        limit=FAILED_LIMIT + 1,
+        **chosen.filters(),
+    )
+    # The status counts every queue's failed rows already: the filter's choices come from it.
+    per_queue = front.overview.status.queues
     did = _PAUSE_NOTICES.get(request.query.get("did", ""))
     return render(
-        request, "index.html", notice=did, **chosen.fields(), **await _in_db(request, read)
+        request,
+        "index.html",
+        notice=did,
+        **chosen.fields(),
+        **_overview(front.overview, config),
+        failed=front.failed[:FAILED_LIMIT],
+        more_failed=len(front.failed) > FAILED_LIMIT,
+        kinds=front.kinds,
+        # Offered once a failed row has a priority (an outbox without lanes: no filter).
+        priorities=[str(p) for p in front.priorities],
+        queues=[name for name, figures in per_queue.items() if figures.counts[State.FAILED]],
+        # Each card names its queue unless the outbox has only the default one (one bot).
+        with_queue=any(queue != DEFAULT_QUEUE for queue in per_queue),
+        pauses=front.pauses,
     )
 
 
@@ -190,34 +181,19 @@ _PAUSE_NOTICES = {
 
 async def overview_part(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
-    data = await _in_db(request, lambda conn: _overview(conn, config))
-    return render(request, "_overview.html", **data)
+    shown = await run(
+        request, ops.overview, schema=config.schema, lease_seconds=config.lease_seconds
+    )
+    return render(request, "_overview.html", **_overview(shown, config))
 
 
-async def _message_or_404(request: web.Request) -> tuple[int, Message]:
+async def _message_or_404(request: web.Request) -> Message:
     message_id = _message_id(request)
     config = request.app[CONFIG]
-    message = await _in_db(
-        request, lambda conn: api.get_message(conn, message_id, schema=config.schema)
-    )
+    message = await run(request, ops.get_message, message_id, schema=config.schema)
     if message is None:
         raise NotFound(f"no outbox message with id {message_id}")
-    return message_id, message
-
-
-async def _act_on_message(
-    request: web.Request, message_id: int, action: Callable[[Connection], T]
-) -> tuple[T, Message]:
-    """Run ``action`` and read the message as it left it, in one transaction."""
-    config = request.app[CONFIG]
-
-    def act(conn: Connection) -> tuple[T, Message | None]:
-        return action(conn), api.get_message(conn, message_id, schema=config.schema)
-
-    outcome, message = await _in_db(request, act)
-    if message is None:
-        raise NotFound(f"no outbox message with id {message_id}")
-    return outcome, message
+    return message
 
 
 def _message_id(request: web.Request) -> int:
@@ -231,14 +207,13 @@ _NOTICES = {
 
 
 async def message_page(request: web.Request) -> web.StreamResponse:
-    _, message = await _message_or_404(request)
+    message = await _message_or_404(request)
     notice = _NOTICES.get(request.query.get("did", ""))
     return render(request, "message.html", m=message, notice=notice, refused=None)
 
 
 async def message_part(request: web.Request) -> web.StreamResponse:
-    _, message = await _message_or_404(request)
-    return render(request, "_message.html", m=message)
+    return render(request, "_message.html", m=await _message_or_404(request))
 
 
 async def search(request: web.Request) -> web.StreamResponse:
@@ -246,11 +221,8 @@ async def search(request: web.Request) -> web.StreamResponse:
     text = inputs.field(request.query, "q", "search")
     found: list[Message] = []
     if text:
-        found = await _in_db(
-            request,
-            lambda conn: queries.search_messages(
-                conn, text, schema=config.schema, limit=SEARCH_LIMIT
-            ),
+        found = await run(
+            request, ops.search_messages, text, schema=config.schema, limit=SEARCH_LIMIT
         )
     return render(request, "search.html", q=text, found=found, limit=SEARCH_LIMIT)
 
@@ -265,18 +237,25 @@ def _about(message: Message) -> dict[str, Any]:
     return {"outbox_id": message.id, "key": message.key, "chat_id": chat}
 
 
+async def _act(
+    request: web.Request, op: Operation[P, tuple[T, Message | None]], *a: P.args, **k: P.kwargs
+) -> tuple[T, Message]:
+    """Run the action and read the message as it left it, in one transaction."""
+    done, message = await run(request, op, *a, **k)
+    if message is None:
+        raise NotFound(f"no outbox message with id {_message_id(request)}")
+    return done, message
+
+
 async def replay_one(request: web.Request) -> web.StreamResponse:
     message_id = _message_id(request)
-    config = request.app[CONFIG]
     form = await read_form(request)
     force = form.get("force") == "1"
     if force and form.get("confirmed") != "1":
-        _, message = await _message_or_404(request)
-        return render(request, "confirm_force.html", m=message)
-    result, message = await _act_on_message(
-        request,
-        message_id,
-        lambda conn: api.replay(conn, [message_id], force=force, schema=config.schema)[0],
+        return render(request, "confirm_force.html", m=await _message_or_404(request))
+    schema = request.app[CONFIG].schema
+    result, message = await _act(
+        request, ops.replay_message, message_id, schema=schema, force=force
     )
     if result.replayed:
         log.info(
@@ -292,26 +271,22 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
         http_status=409,
         m=message,
         notice=None,
-        refused=views.refusal(result),
+        refused=message_view.replay_refusal(result, force_hint=False),
         can_force=result.state == State.FAILED,
     )
 
 
 async def cancel_one(request: web.Request) -> web.StreamResponse:
     message_id = _message_id(request)
-    config = request.app[CONFIG]
-    cancelled, message = await _act_on_message(
-        request,
-        message_id,
-        lambda conn: queries.cancel_by_operator(conn, message_id, schema=config.schema),
-    )
+    schema = request.app[CONFIG].schema
+    cancelled, message = await _act(request, ops.cancel_message, message_id, schema=schema)
     if cancelled:
         log.info("web: cancelled outbox %s", message_id, extra=_about(message))
         raise web.HTTPSeeOther(f"/messages/{message_id}?did=cancelled")
     reason = (
         f"Not cancelled: the message is {message.state} "
-        f"({views.STATE_NAMES.get(message.state, '?')}); only a waiting message (kutmoqda) "
-        "can be cancelled."
+        f"({message_view.STATE_NAMES.get(message.state, '?')}); only a waiting message "
+        "(kutmoqda) can be cancelled."
     )
     return render(
         request,
@@ -331,9 +306,7 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
     force = form.get("force") == "1"
     if form.get("confirmed") == "1":
         ids = inputs.message_ids(form_text(form, "ids"), SELECTION_LIMIT)
-        results = await _in_db(
-            request, lambda conn: api.replay(conn, ids, force=force, schema=config.schema)
-        )
+        results = await run(request, ops.replay, ids, force=force, schema=config.schema)
         replayed = [r for r in results if r.replayed]
         log.info(
             "web: replayed %d of %d selected failed messages%s",
@@ -345,13 +318,19 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
             request,
             "replayed.html",
             replayed=replayed,
-            refused=[views.refusal(r) for r in results if not r.replayed],
+            refused=[
+                message_view.replay_refusal(r, force_hint=False) for r in results if not r.replayed
+            ],
             forced=force,
         )
     chosen = _FailedFilter.read(form)
-    selected = await _in_db(
+    selected = await run(
         request,
-        lambda conn: chosen.messages(conn, schema=config.schema, limit=SELECTION_LIMIT + 1),
+        ops.list_messages,
+        schema=config.schema,
+        state=State.FAILED,
+        limit=SELECTION_LIMIT + 1,
+        **chosen.filters(),
     )
     taken = selected[:SELECTION_LIMIT]
     return render(
@@ -379,9 +358,8 @@ _STATIC = _static_files()
 # --- the application and the server -----------------------------------------------------------
 
 
-def build_app(config: WebConfig, engine: Engine) -> web.Application:
+def build_app(config: WebConfig) -> web.Application:
     app = web.Application(middlewares=[answers], client_max_size=256 * 1024)
-    app[DB] = engine
     app[CONFIG] = config
     app[GUARD] = Guard(config.password, config.host)
     app[THROTTLE] = SignInThrottle()
@@ -408,22 +386,11 @@ def serve(config: WebConfig) -> None:
     """Check the settings and the database, then serve until SIGTERM or SIGINT."""
     check_bind(config.host, config.password)
     Proxies.parse(config.trusted_proxies)  # a mistake in it is said before connecting
-    engine = create_engine(
-        config.database_url,
-        pool_size=4,
-        max_overflow=4,
-        pool_pre_ping=True,
-        connect_args={"connect_timeout": 10},
-    )
-    try:
-        with connect_errors(config.database_url), engine.connect() as conn:
-            check_schema_sync(conn, schema=config.schema)
-        asyncio.run(_serve(build_app(config, engine), config))
-    finally:
-        engine.dispose()
+    asyncio.run(_serve(build_app(config), config))
 
 
 async def _serve(app: web.Application, config: WebConfig) -> None:
+    await check_schema(config.database_url, schema=config.schema)
     runner = web.AppRunner(
         app, access_log=None, handle_signals=False, logger=MalformedRequests(log)
     )

@@ -13,17 +13,16 @@ from typing import Any
 import jinja2
 from aiohttp import web
 from markupsafe import Markup
-from sqlalchemy.engine import Engine
 
 from outbox import vocabulary
+from outbox.ops.views import bots, message, status
+from outbox.ops.views._text import span, when
 from outbox.redact import redact
-from outbox.web import views
 from outbox.web.auth import Guard, Proxies
 from outbox.web.throttle import SignInThrottle
 
 __all__ = [
     "CONFIG",
-    "DB",
     "GUARD",
     "PROXIES",
     "SESSION_COOKIE",
@@ -56,7 +55,6 @@ class WebConfig:
     trusted_proxies: str = ""
 
 
-DB: web.AppKey[Engine] = web.AppKey("db", Engine)
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)
 CONFIG: web.AppKey[WebConfig] = web.AppKey("config", WebConfig)
 TEMPLATES: web.AppKey[jinja2.Environment] = web.AppKey("templates", jinja2.Environment)
@@ -80,19 +78,19 @@ def templates() -> jinja2.Environment:
         finalize=_redacted,
     )
     env.globals.update(
-        state_names=views.STATE_NAMES,
+        state_names=message.STATE_NAMES,
         label=vocabulary.label,
-        when=views.when,
-        span=views.span,
-        bot_state=views.bot_state,
-        chat_of=views.chat_of,
-        text_of=views.text_of,
-        extra_payload=views.extra_payload,
-        history=views.history,
-        queue_worth_showing=views.queue_worth_showing,
-        lanes_lines=views.lanes_lines,
-        chart_width=views.CHART_WIDTH,
-        chart_height=views.CHART_HEIGHT,
+        when=when,
+        span=span,
+        bot_state=bots.bot_state,
+        chat_of=message.chat_of,
+        text_of=message.text_of,
+        extra_payload=message.extra_payload,
+        history=message.history,
+        queue_worth_showing=message.queue_worth_showing,
+        lanes_lines=status.lanes_lines,
+        chart_width=status.CHART_WIDTH,
+        chart_height=status.CHART_HEIGHT,
         since_choices=SINCE_CHOICES,
     )
     return env

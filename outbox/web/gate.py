@@ -15,9 +15,9 @@ import logging
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
+import psycopg
 from aiohttp import web
 from aiohttp.http_exceptions import HttpProcessingError
-from sqlalchemy import exc as sa_exc
 
 from outbox.errors import InvalidInput, NotFound, OutboxError
 from outbox.redact import redact
@@ -93,7 +93,7 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
             f"Too many sign-in attempts: try again in {err.seconds} s.",
         )
         response.headers["Retry-After"] = str(err.seconds)
-    except (OutboxError, sa_exc.OperationalError, sa_exc.InterfaceError) as err:
+    except (OutboxError, psycopg.OperationalError) as err:
         # The database went away or refused: one line on the page, the details in the log.
         reason = str(err) if isinstance(err, OutboxError) else "the database did not answer"
         log.warning("web: %s", reason)

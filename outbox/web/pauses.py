@@ -14,16 +14,14 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from aiohttp import web
-from sqlalchemy import Connection
 
-from outbox import presentation_pause as view
-from outbox import queries
-from outbox.errors import ConfigError, InvalidInput, NotFound
+from outbox import ops
+from outbox.errors import NotFound
+from outbox.ops.views.batch import batch_lines
 from outbox.queries import Scope
-from outbox.queries.pause import check_batch_name, check_name
-from outbox.schema import validate_queue
+from outbox.queries.pause import check_batch_name
 from outbox.web import inputs
-from outbox.web.app import _in_db
+from outbox.web.app import run
 from outbox.web.base import CONFIG, render
 from outbox.web.gate import read_form
 
@@ -36,13 +34,7 @@ _DONE = {"paused": "Paused", "resumed": "Resumed"}
 
 def _scope_and_value(form: Any) -> tuple[Scope, str]:
     scope = Scope.from_option(inputs.field(form, "scope", "pause scope"))
-    value = inputs.field(form, "value", "name")
-    if scope == Scope.QUEUE:
-        try:
-            validate_queue(value)
-        except ConfigError as err:
-            raise InvalidInput(str(err)) from None
-    return scope, check_name(value, "a pause")
+    return scope, inputs.field(form, "value", "name")
 
 
 def _back(form: Any, did: str) -> str:
@@ -54,19 +46,17 @@ def _back(form: Any, did: str) -> str:
 
 
 async def pause_scope(request: web.Request) -> web.StreamResponse:
-    config = request.app[CONFIG]
     form = await read_form(request)
     scope, value = _scope_and_value(form)
-    await _in_db(request, lambda conn: queries.pause(conn, scope, value, schema=config.schema))
+    await run(request, ops.pause, scope, value, schema=request.app[CONFIG].schema)
     log.info("web: paused %s %s", scope.option, value)
     raise web.HTTPSeeOther(_back(form, "paused"))
 
 
 async def resume_scope(request: web.Request) -> web.StreamResponse:
-    config = request.app[CONFIG]
     form = await read_form(request)
     scope, value = _scope_and_value(form)
-    await _in_db(request, lambda conn: queries.resume(conn, scope, value, schema=config.schema))
+    await run(request, ops.resume, scope, value, schema=request.app[CONFIG].schema)
     log.info("web: resumed %s %s", scope.option, value)
     raise web.HTTPSeeOther(_back(form, "resumed"))
 
@@ -79,15 +69,9 @@ def _batch_name(request: web.Request) -> str:
     return check_batch_name(inputs.field(request.match_info, "name", "batch"))
 
 
-def _progress(conn: Connection, name: str, schema: str) -> queries.BatchProgress:
-    pauses = queries.list_pauses(conn, schema=schema)
-    return queries.batch_progress(conn, name, pauses, schema=schema)
-
-
 async def batch_page(request: web.Request) -> web.StreamResponse:
-    config = request.app[CONFIG]
     name = _batch_name(request)
-    progress = await _in_db(request, lambda conn: _progress(conn, name, config.schema))
+    _, progress = await run(request, ops.batch, name, schema=request.app[CONFIG].schema)
     if progress.total == 0:
         raise NotFound(f"no outbox rows in batch {name!r}")
     did = request.query.get("did", "")
@@ -95,7 +79,7 @@ async def batch_page(request: web.Request) -> web.StreamResponse:
         request,
         "batch.html",
         b=progress,
-        lines=view.batch_lines(progress),
+        lines=batch_lines(progress),
         paused=any(p.scope == Scope.BATCH and p.value == name for p in progress.paused_by),
         notice=_DONE.get(did) and f"{_DONE[did]} batch {name}.",
         cancelled=request.query.get("cancelled"),
@@ -104,15 +88,13 @@ async def batch_page(request: web.Request) -> web.StreamResponse:
 
 async def cancel_batch(request: web.Request) -> web.StreamResponse:
     """Two steps: the first shows what would be cancelled; the confirmation cancels it."""
-    config = request.app[CONFIG]
     name = _batch_name(request)
     form = await read_form(request)
-    if form.get("confirmed") != "1":
-        progress = await _in_db(request, lambda conn: _progress(conn, name, config.schema))
+    confirmed = form.get("confirmed") == "1"
+    schema = request.app[CONFIG].schema
+    cancelled, progress = await run(request, ops.batch, name, schema=schema, cancel=confirmed)
+    if cancelled is None:
         return render(request, "confirm_batch_cancel.html", b=progress)
-    cancelled = await _in_db(
-        request, lambda conn: queries.cancel_batch(conn, name, schema=config.schema)
-    )
     log.info("web: cancelled %d waiting messages of batch %s", cancelled, name)
     raise web.HTTPSeeOther(f"{_batch_path(name)}?{urlencode({'cancelled': cancelled})}")
 

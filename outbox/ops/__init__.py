@@ -1,0 +1,228 @@
+"""The operator's operations, one layer for the command line and the web page alike.
+
+Each is an :class:`~outbox.queries.Operation`: called on the connection of a command
+(``ops.status(conn, schema=...)``, sync) or awaited on a request's (``await
+ops.status.run_async(conn, schema=...)``), in the caller's transaction. Connections come from
+:func:`connect` and :func:`connect_async`. How the answers are shown lives in
+``outbox.ops.views``, one module per noun.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from outbox.db import operator_connection as connect
+from outbox.db import operator_connection_async as connect_async
+from outbox.errors import ConfigError, InvalidInput
+from outbox.queries import (
+    Activity,
+    BatchProgress,
+    BotFigures,
+    Message,
+    Pause,
+    QueueStatus,
+    RelayRecord,
+    ReplayResult,
+    Scope,
+    batch_progress,
+    bot_status,
+    cancel_waiting,
+    count_failed,
+    failed_filters,
+    finished_per_minute,
+    get_message,
+    list_messages,
+    list_pauses,
+    list_relays,
+    queue_status,
+    replay,
+    search_messages,
+    unpaused_lag,
+    unserved_queues,
+)
+from outbox.queries import pause as _pause
+from outbox.queries import resume as _resume
+from outbox.queries._common import Reading, operation
+from outbox.queries.pause import check_batch_name, check_name
+from outbox.schema import validate_queue
+from outbox.states import State
+
+__all__ = [
+    "FrontPage",
+    "Overview",
+    "StatusReport",
+    "batch",
+    "cancel_message",
+    "connect",
+    "connect_async",
+    "count_failed",
+    "front_page",
+    "get_message",
+    "list_messages",
+    "list_pauses",
+    "list_relays",
+    "overview",
+    "pause",
+    "replay",
+    "replay_message",
+    "resume",
+    "search_messages",
+    "status",
+]
+
+
+# --- status --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StatusReport:
+    status: QueueStatus
+    unserved: dict[str, int]  # queues no live relay serves (paused ones left out), due rows
+    bots: list[BotFigures]
+    paused: list[Pause]
+    lags: dict[str, float]  # per queue, the lag that counts: a paused row waits on purpose
+
+
+@operation
+def status(
+    *,
+    schema: str,
+    lease_seconds: float,
+    max_lag: float,
+    queue: str | None = None,
+    bot: str | None = None,
+) -> Reading[StatusReport]:
+    """``outbox status``: the counts and health, the bots, the pauses, the unserved queues."""
+    found = yield from queue_status.steps(schema=schema, lease_seconds=lease_seconds, queue=queue)
+    unserved = yield from unserved_queues.steps(schema=schema)
+    bots = yield from bot_status.steps(schema=schema, bot=bot)
+    paused = yield from list_pauses.steps(schema=schema)
+    lags = {name: figures.lag_seconds for name, figures in found.queues.items()}
+    # Without a pause, or with no lag over max_lag, the status's own lags are the answer.
+    if paused and found.lag_seconds > max_lag:
+        lags = yield from unpaused_lag.steps(schema=schema, queue=queue)
+    # A paused queue has no relay at work on purpose: that is no warning either.
+    paused_queues = {p.value for p in paused if p.scope is Scope.QUEUE}
+    unserved = {
+        name: due
+        for name, due in unserved.items()
+        if name not in paused_queues and (queue is None or name == queue)
+    }
+    return StatusReport(found, unserved, bots, paused, lags)
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The page's header: the status, the last hour's activity, the fleet."""
+
+    status: QueueStatus
+    activity: Activity
+    relays: list[RelayRecord]
+    unserved: dict[str, int]
+    bots: list[BotFigures]
+
+
+@operation
+def overview(*, schema: str, lease_seconds: float) -> Reading[Overview]:
+    return Overview(
+        (yield from queue_status.steps(schema=schema, lease_seconds=lease_seconds)),
+        (yield from finished_per_minute.steps(schema=schema)),
+        (yield from list_relays.steps(schema=schema)),
+        (yield from unserved_queues.steps(schema=schema)),
+        (yield from bot_status.steps(schema=schema)),
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class FrontPage:
+    overview: Overview
+    failed: list[Message]  # newest first, one more than asked for when there are more
+    kinds: list[str]  # among failed rows, for the filter
+    priorities: list[int]  # among failed rows, highest first
+    pauses: list[Pause]
+
+
+@operation
+def front_page(
+    *,
+    schema: str,
+    lease_seconds: float,
+    limit: int,
+    kind: str | None = None,
+    queue: str | None = None,
+    failed_within_seconds: float | None = None,
+    priority: int | None = None,
+) -> Reading[FrontPage]:
+    """The page's front: the overview, the failed messages the filter keeps, the pauses."""
+    shown = yield from overview.steps(schema=schema, lease_seconds=lease_seconds)
+    failed = yield from list_messages.steps(
+        schema=schema,
+        state=State.FAILED,
+        kind=kind,
+        queue=queue,
+        failed_within_seconds=failed_within_seconds,
+        priority=priority,
+        limit=limit,
+    )
+    kinds, priorities = yield from failed_filters.steps(schema=schema)
+    pauses = yield from list_pauses.steps(schema=schema)
+    return FrontPage(shown, failed, kinds, priorities, pauses)
+
+
+# --- messages ------------------------------------------------------------------------------
+
+
+# The page's buttons: the action, then the message as it left it (None: no such message).
+
+
+@operation
+def replay_message(
+    message_id: int, *, schema: str, force: bool = False
+) -> Reading[tuple[ReplayResult, Message | None]]:
+    (result,) = yield from replay.steps([message_id], schema=schema, force=force)
+    return result, (yield from get_message.steps(message_id, schema=schema))
+
+
+@operation
+def cancel_message(message_id: int, *, schema: str) -> Reading[tuple[bool, Message | None]]:
+    """Whether the waiting message moved to xato, and the message."""
+    cancelled = yield from cancel_waiting.steps(schema=schema, message_id=message_id)
+    return cancelled > 0, (yield from get_message.steps(message_id, schema=schema))
+
+
+# --- pauses and batches --------------------------------------------------------------------
+
+
+def _scope_value(scope: Scope, value: str) -> str:
+    if scope == Scope.QUEUE:
+        try:
+            validate_queue(value)
+        except ConfigError as err:
+            raise InvalidInput(str(err)) from None
+    return check_name(value, "a pause")
+
+
+@operation
+def pause(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
+    """Stop every relay claiming the rows of ``scope`` = ``value``; False if paused already."""
+    return (yield from _pause.steps(scope, _scope_value(scope, value), schema=schema))
+
+
+@operation
+def resume(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
+    """Lift a pause (the relays are woken at commit); False if it was not paused."""
+    return (yield from _resume.steps(scope, _scope_value(scope, value), schema=schema))
+
+
+@operation
+def batch(
+    name: str, *, schema: str, cancel: bool = False
+) -> Reading[tuple[int | None, BatchProgress]]:
+    """A batch's progress, after cancelling its waiting rows when ``cancel`` (how many: the
+    first item, None without ``cancel``)."""
+    name = check_batch_name(name)
+    cancelled = None
+    if cancel:
+        cancelled = yield from cancel_waiting.steps(schema=schema, batch=name)
+    pauses = yield from list_pauses.steps(schema=schema)
+    return cancelled, (yield from batch_progress.steps(name, pauses, schema=schema))

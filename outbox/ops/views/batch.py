@@ -1,0 +1,67 @@
+"""A batch's progress as people see it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from outbox.ops.views._text import figures, iso, when
+from outbox.ops.views.pause import pause_json, pause_text
+from outbox.queries import BatchProgress
+
+__all__ = ["batch_json", "batch_lines", "cancelled_line"]
+
+
+def batch_json(b: BatchProgress) -> dict[str, Any]:
+    return {
+        "batch": b.name,
+        "total": b.total,
+        "sent": b.sent,
+        "failed": b.failed,
+        "cancelled": b.cancelled,
+        "sending": b.sending,
+        "waiting": b.waiting,
+        "paused": b.paused,
+        "rate_per_second": round(b.rate, 3),
+        "expected_end": iso(b.expected_end),
+        "started": iso(b.started),
+        "last_sent": iso(b.last_sent),
+        "finished": b.finished,
+        "paused_by": [pause_json(p) for p in b.paused_by],
+    }
+
+
+def batch_lines(b: BatchProgress) -> list[str]:
+    done = b.sent + b.failed
+    share = f" ({100 * done / b.total:.1f}% done)" if b.total else ""
+    if b.finished:
+        end = f"finished {when(b.expected_end)}"
+    elif b.paused:
+        held = ", ".join(pause_text(p) for p in b.paused_by) or "a pause"
+        end = f"none while paused ({held}): `outbox resume --batch {b.name}`"
+    elif b.expected_end is not None:
+        end = when(b.expected_end)
+    else:
+        end = "unknown (nothing sent in the last minute)"
+    lines = figures(
+        [
+            ("total", str(b.total), f"rows of batch {b.name}{share}"),
+            ("sent", str(b.sent), "bajarildi"),
+            ("failed", str(b.failed), f"xato, of which {b.cancelled} cancelled by operator"),
+            ("sending", str(b.sending), "bajarilmoqda: claimed by a relay now"),
+            ("waiting", str(b.waiting), "kutmoqda, not paused"),
+            ("paused", str(b.paused), "kutmoqda, held by a pause"),
+            ("rate", f"{b.rate:.1f}/s", "sent per second over the last minute"),
+        ]
+    )
+    lines.append(f"{'expected end':<13} {end}")
+    if b.started is not None:
+        lines.append(f"{'started':<13} {when(b.started)} (first row enqueued)")
+    return lines
+
+
+def cancelled_line(b: BatchProgress, cancelled: int) -> str:
+    return (
+        f"cancelled {cancelled} waiting messages of batch {b.name} (xato, 'cancelled by "
+        f"operator'; `outbox replay --all-failed` or the web page sends them again); "
+        f"{b.sending} being sent now finish"
+    )

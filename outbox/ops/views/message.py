@@ -1,0 +1,343 @@
+"""Messages as people see them: the list's table, one message in full, its JSON, what a replay
+did or why it refused, and the pieces the web page shows of a message.
+
+Fields are labelled from the one table of names (``outbox.vocabulary``) and states are the
+database's, so that what an operator reads is what they type into ``psql``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from outbox.ops.views._text import clip, iso, json_text, span, table, when
+from outbox.payload import UnreadablePayload
+from outbox.queries import Message, ReplayResult, SentMarker
+from outbox.schema import DEFAULT_QUEUE
+from outbox.states import State
+from outbox.vocabulary import entry_key, label, marker_label, payload_label
+
+__all__ = [
+    "HEADLINE",
+    "MARKER_LABEL",
+    "SHOWN_FIELDS",
+    "STATE_NAMES",
+    "HistoryEntry",
+    "chat_of",
+    "extra_payload",
+    "history",
+    "message_json",
+    "message_lines",
+    "messages_table",
+    "queue_worth_showing",
+    "replay_refusal",
+    "replayed_line",
+    "text_of",
+    "window_of",
+]
+
+RAW_PAYLOAD_WIDTH = 2000  # an unreadable payload is shown as its JSON text, clipped
+ERROR_WIDTH = 60  # the table's oxirgi_xato column; `outbox show` and --json give it in full
+KEY_WIDTH = 40
+
+# The database's names first, as the CLI prints them, with the English word beside them.
+STATE_NAMES = {
+    State.PENDING.value: "pending",
+    State.IN_PROGRESS.value: "in progress",
+    State.DONE.value: "done",
+    State.FAILED.value: "failed",
+}
+
+# Why a row in another state is not replayed: what that state means for it.
+_NOT_FAILED: dict[str, str] = {
+    State.PENDING: "it is already waiting to be sent",
+    State.IN_PROGRESS: "a relay is sending it right now",
+    State.DONE: "it was delivered",
+}
+
+# The sent marker's field in a message's JSON and `outbox show`: the marker table's name.
+MARKER_LABEL = "yuborilgan"
+
+# The fields of a message that `outbox show` and its JSON give, in order, by Python name (the
+# payload, tarix and sent marker follow, shown in a form of their own).
+SHOWN_FIELDS = (
+    "id",
+    "kind",
+    "queue",
+    "bot",
+    "key",
+    "state",
+    "attempts",
+    "next_attempt_at",
+    "priority",
+    "earliest",
+    "expires_at",
+    "claimed_at",
+    "last_error",
+    "error_code",
+    "failed_at",
+    "batch",
+    "created_at",
+    "updated_at",
+)
+
+# What a tarix entry leads with: the failure, or what an operator did.
+HEADLINE = (entry_key("error"), entry_key("event"))
+
+# The list's window column: eng_erta and eskirish as offsets from keyingi_urinish (shown
+# beside it), "-1m10s..+1h": may go 70 s early, never sent more than an hour late.
+WINDOW_HEADER = f"{label('earliest')}..{label('expires_at')}"
+
+
+# --- the list ------------------------------------------------------------------------------
+
+
+def queue_worth_showing(messages: Sequence[Message]) -> bool:
+    """Whether a list needs the navbat column: not when every row is in the default queue (an
+    outbox with one bot), always when a named queue is among them, even alone."""
+    return any(m.queue != DEFAULT_QUEUE for m in messages)
+
+
+def window_of(m: Message) -> str:
+    """A row's window and expiry in a few characters, relative to its keyingi_urinish (or as
+    times, when that is infinite); '-' for a row with neither."""
+    if m.earliest is None and m.expires_at is None:
+        return "-"
+    due = m.next_attempt_at
+
+    def offset(moment: datetime | None, sign: str) -> str:
+        if moment is None:
+            return ""
+        if due is None:
+            return when(moment)
+        return sign + span(abs((moment - due).total_seconds()))
+
+    return f"{offset(m.earliest, '-')}..{offset(m.expires_at, '+')}"
+
+
+def _kind_of(m: Message, with_method: bool) -> str:
+    if not with_method:
+        return m.kind
+    original = f" -> {clip(m.original, KEY_WIDTH)}" if m.original else ""
+    return f"{m.kind} {m.method}{original}"
+
+
+def messages_table(messages: Sequence[Message]) -> list[str]:
+    """The list; the optional columns (queue, method, priority, window) only when a row needs
+    one."""
+    with_method = any(m.method != "sendMessage" for m in messages)
+    columns: list[tuple[str, list[str], bool]] = [
+        (label("id"), [str(m.id) for m in messages], True)
+    ]
+    if queue_worth_showing(messages):
+        # Beside the id: with several bots, which one sends a row is the first question.
+        columns.append((label("queue"), [m.queue for m in messages], False))
+    columns += [
+        (label("kind"), [_kind_of(m, with_method) for m in messages], False),
+        (label("key"), [clip(m.key, KEY_WIDTH) for m in messages], False),
+        (label("state"), [m.state for m in messages], False),
+        (label("attempts"), [str(m.attempts) for m in messages], True),
+    ]
+    if any(m.priority != 0 for m in messages):
+        columns.append((label("priority"), [str(m.priority) for m in messages], True))
+    columns.append((label("next_attempt_at"), [when(m.next_attempt_at) for m in messages], False))
+    if any(m.earliest is not None or m.expires_at is not None for m in messages):
+        columns.append((WINDOW_HEADER, [window_of(m) for m in messages], False))
+    columns.append(
+        (label("last_error"), [clip(m.last_error, ERROR_WIDTH) for m in messages], False)
+    )
+    headers = [header for header, _, _ in columns]
+    rows = list(zip(*(cells for _, cells, _ in columns), strict=True))
+    return table(headers, rows, numeric={i for i, (_, _, right) in enumerate(columns) if right})
+
+
+# --- one message -----------------------------------------------------------------------------
+
+
+def _marker_json(marker: SentMarker | None) -> dict[str, Any] | None:
+    if marker is None:
+        return None
+    shown: dict[str, Any] = {
+        marker_label("chat_id"): marker.chat_id,
+        marker_label("message_id"): marker.message_id,
+        marker_label("sent_at"): marker.sent_at.isoformat(),
+    }
+    if marker.message_ids:
+        shown[marker_label("message_ids")] = list(marker.message_ids)
+    return shown
+
+
+def message_json(m: Message) -> dict[str, Any]:
+    fields = {
+        label(name): iso(value) if isinstance(value, datetime) else value
+        for name in SHOWN_FIELDS
+        for value in (getattr(m, name),)
+    }
+    return {
+        **fields,
+        payload_label("method"): m.method,
+        payload_label("original"): m.original,
+        # An unreadable payload (nested too deeply for Python) as its JSON text, in a string.
+        label("payload"): m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload,
+        label("history"): m.history,
+        MARKER_LABEL: _marker_json(m.marker),
+    }
+
+
+def _marker_text(marker: SentMarker) -> str:
+    ids = marker.message_ids
+    what = f"messages {', '.join(map(str, ids))}" if ids else f"message {marker.message_id}"
+    return f"sent at {when(marker.sent_at)} as Telegram {what} in chat {marker.chat_id}"
+
+
+def _split_entry(entry: dict[str, Any]) -> tuple[str, Any, dict[str, Any]]:
+    """A tarix entry as its moment (shown), its attempt and what else it holds."""
+    rest = dict(entry)
+    raw_time, attempt = rest.pop(entry_key("moment"), None), rest.pop(entry_key("attempt"), None)
+    try:
+        moment = when(datetime.fromisoformat(raw_time)) if raw_time else "-"
+    except (TypeError, ValueError):
+        moment = str(raw_time)
+    return moment, attempt, rest
+
+
+def _plain(value: Any) -> str:
+    return value if isinstance(value, str) else json_text(value)
+
+
+def _history_line(entry: Any) -> str:
+    """One tarix entry: when, which attempt, then what happened (the error first)."""
+    if not isinstance(entry, dict):
+        return "  " + _plain(entry)  # written by hand
+    moment, attempt, rest = _split_entry(entry)
+    first = [key for key in HEADLINE if key in rest]
+    order = first + [key for key in rest if key not in first]
+    parts = [f"{key}: {_plain(rest[key])}" for key in order]
+    return f"  {moment}  urinish {attempt if attempt is not None else '-'}  " + "; ".join(parts)
+
+
+def _shown(value: Any) -> str:
+    if isinstance(value, datetime):
+        return when(value)
+    return "-" if value is None or value == "" else str(value)
+
+
+def message_lines(m: Message) -> list[str]:
+    fields = [(label(name), _shown(getattr(m, name))) for name in SHOWN_FIELDS]
+    fields.append((payload_label("method"), m.method))
+    if m.original is not None:
+        fields.append((payload_label("original"), m.original))
+    fields.append((MARKER_LABEL, "-" if m.marker is None else _marker_text(m.marker)))
+    lines = [f"{name:<16} {value}" for name, value in fields]
+    if isinstance(m.payload, UnreadablePayload):
+        lines.append(f"payload          unreadable: {m.payload.reason}")
+        lines.append("  " + clip(m.payload.text, RAW_PAYLOAD_WIDTH))
+    else:
+        lines.append("payload")
+        lines.extend("  " + line for line in json_text(m.payload, indent=2).splitlines())
+    lines.append(f"tarix ({len(m.history)})")
+    lines.extend(_history_line(entry) for entry in m.history)
+    return lines
+
+
+# --- the page's pieces of a message --------------------------------------------------------
+
+
+def chat_of(message: Message) -> str:
+    payload = message.payload
+    chat = payload.get("chat_id") if isinstance(payload, dict) else None
+    if chat is None and message.original is not None:
+        return f"(the chat of {message.original})"  # a follow-up: its original's chat
+    return "-" if chat is None else str(chat)
+
+
+def text_of(message: Message) -> str:
+    """The text a person reads: a message's text, or a photo's (an album's first) caption."""
+    payload = message.payload
+    if not isinstance(payload, dict):
+        return ""
+    text = payload.get("text", payload.get("caption"))
+    media = payload.get("media")
+    if text is None and isinstance(media, list) and media and isinstance(media[0], dict):
+        text = media[0].get("caption")
+    return "" if text is None else str(text)
+
+
+def extra_payload(message: Message) -> str:
+    """The payload's other fields (parse_mode, buttons...) as JSON, or '' if none."""
+    payload = message.payload
+    if not isinstance(payload, dict):
+        return json.dumps(payload, ensure_ascii=False)
+    rest = {k: v for k, v in payload.items() if k not in {"chat_id", "text"}}
+    return json.dumps(rest, ensure_ascii=False, indent=2, sort_keys=True) if rest else ""
+
+
+@dataclass(frozen=True, slots=True)
+class HistoryEntry:
+    moment: str
+    attempt: str
+    what: str  # the error or the event (replay, cancel)
+    details: str  # anything else the entry holds, as JSON
+
+
+def history(message: Message) -> list[HistoryEntry]:
+    """The tarix entries, oldest first, in the CLI's order: error or event, then the rest."""
+    entries = []
+    for raw in message.history:
+        shown, attempt, rest = _split_entry(raw if isinstance(raw, dict) else {"entry": raw})
+        what = " / ".join(str(rest.pop(key)) for key in HEADLINE if key in rest)
+        details = json.dumps(rest, ensure_ascii=False, sort_keys=True) if rest else ""
+        entries.append(
+            HistoryEntry(shown, "-" if attempt is None else str(attempt), what or "-", details)
+        )
+    return entries
+
+
+# --- replay ----------------------------------------------------------------------------------
+
+
+def replayed_line(result: ReplayResult, *, forced: bool) -> str:
+    line = f"replayed message {result.id}: {State.FAILED} -> {State.PENDING}"
+    if forced and result.marker is not None:
+        line += f"; it was {_marker_text(result.marker)}, and will be sent again"
+    return line
+
+
+def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
+    """Why a row was not replayed, in one line; ``force_hint``: name the CLI's --force (the
+    page offers its own button)."""
+    if result.state is None:
+        return f"no outbox message with id {result.id}"
+    if result.state != State.FAILED:
+        reason = _NOT_FAILED.get(result.state, "only failed messages are replayed")
+        if result.marker is not None:
+            reason += f", {_marker_text(result.marker)}"
+        return (
+            f"message {result.id} not replayed: it is {result.state}, not {State.FAILED} ({reason})"
+        )
+    if result.original is not None:
+        was = result.original_state or "no message has that key"
+        return (
+            f"message {result.id} not replayed: it acts on {result.original!r}, which was "
+            f"never sent ({was}); replay that one first (or both at once)"
+        )
+    marker = result.marker
+    assert marker is not None  # a failed row is refused only for its sent marker
+    said = f"message {result.id} not replayed: it was already {_marker_text(marker)}"
+    return f"{said}; --force sends it again" if force_hint else said
+
+
+def replay_json(results: Sequence[ReplayResult]) -> dict[str, Any]:
+    """``outbox replay --json``: what went back, what was refused and why, unknown ids."""
+    return {
+        "replayed": [r.id for r in results if r.replayed],
+        "refused": [
+            {"id": r.id, "holat": r.state, "reason": replay_refusal(r)}
+            for r in results
+            if not r.replayed and r.state is not None
+        ],
+        "unknown": [r.id for r in results if r.state is None],
+    }

@@ -1,0 +1,254 @@
+"""The queue's status as people see it: ``outbox status`` (lines, JSON, health) and the page's
+header and activity chart."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from outbox.ops.views._text import figures, span, table
+from outbox.ops.views.bots import bot_json, unserved_bots_line
+from outbox.ops.views.pause import pause_json
+from outbox.queries import (
+    EXPIRING_WITHIN,
+    Activity,
+    LaneFigures,
+    QueueFigures,
+    QueueStatus,
+    TokenState,
+)
+from outbox.states import FailureCode, State
+from outbox.vocabulary import label
+
+if TYPE_CHECKING:
+    from outbox.ops import StatusReport
+
+__all__ = [
+    "CHART_HEIGHT",
+    "CHART_WIDTH",
+    "Bar",
+    "chart_bars",
+    "health",
+    "lanes_json",
+    "lanes_lines",
+    "queues_json",
+    "queues_table",
+    "status_json",
+    "status_lines",
+    "unserved_line",
+]
+
+
+def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[str]:
+    def figure(name: str, n: int) -> str:
+        return f"~{n}" if name in status.estimated else str(n)
+
+    about = "about: from table statistics"
+    rows = [
+        (state, figure(state, n), about if state in status.estimated else "")
+        for state, n in status.counts.items()
+    ]
+    rows += [
+        ("lag", span(status.lag_seconds), f"oldest due pending row (max {span(max_lag)})"),
+        (
+            "stuck",
+            str(status.stuck),
+            f"claims older than the {span(lease)} lease or without a claim time; "
+            "pending rows never due",
+        ),
+        (
+            "markers",
+            figure("markers", status.markers),
+            "sent markers (yuborilgan)" + (f"; {about}" if "markers" in status.estimated else ""),
+        ),
+    ]
+    lines = figures(rows + lanes_lines(status.lanes))
+    if len(status.queues) > 1:
+        lines += ["", *queues_table(status.queues)]
+    return lines
+
+
+def lanes_lines(lanes: LaneFigures) -> list[tuple[str, str, str]]:
+    """The status's lines for priorities, windows and expiry (name, figure, note): only the
+    ones that say something, so that an outbox without lanes shows none."""
+    lines = []
+    if lanes.prioritised:
+        per = ", ".join(f"{priority}: {n}" for priority, n in lanes.due_per_priority.items())
+        due = str(sum(lanes.due_per_priority.values()))
+        lines.append(("priorities", due, f"due pending rows per {label('priority')}: {per}"))
+    if lanes.windowed:
+        note = f"pending rows with a delivery window ({label('earliest')}: may go early)"
+        lines.append(("windowed", str(lanes.windowed), note))
+    if lanes.expiring:
+        note = f"pending rows whose {label('expires_at')} is within {span(EXPIRING_WITHIN)}"
+        lines.append(("expiring", str(lanes.expiring), note))
+    if lanes.expired:
+        note = (
+            f"{State.FAILED} rows that expired unsent ({label('error_code')} {FailureCode.EXPIRED})"
+        )
+        lines.append(("expired", str(lanes.expired), note))
+    return lines
+
+
+def lanes_json(lanes: LaneFigures) -> dict[str, Any]:
+    """The same figures, always all of them (JSON object keys are strings: "10", "-5")."""
+    return {
+        "due_per_priority": {str(p): n for p, n in lanes.due_per_priority.items()},
+        "windowed": lanes.windowed,
+        "expiring_within_hour": lanes.expiring,
+        "expired": lanes.expired,
+    }
+
+
+def queues_table(queues: Mapping[str, QueueFigures]) -> list[str]:
+    """One line per queue: its rows per state, lag and stuck rows (done rows as ``-`` when the
+    outbox is too large to count them per queue)."""
+    rows = [
+        (
+            name,
+            *(
+                "-" if figures.counts[state] is None else str(figures.counts[state])
+                for state in State
+            ),
+            span(figures.lag_seconds),
+            str(figures.stuck),
+        )
+        for name, figures in queues.items()
+    ]
+    return table((label("queue"), *State, "lag", "stuck"), rows, numeric={1, 2, 3, 4, 5, 6})
+
+
+def queues_json(queues: Mapping[str, QueueFigures]) -> dict[str, Any]:
+    return {
+        name: {
+            label("state"): figures.counts,
+            "lag_seconds": figures.lag_seconds,
+            "stuck": figures.stuck,
+            "stuck_claims": figures.stuck_claims,
+            "never_due": figures.never_due,
+        }
+        for name, figures in queues.items()
+    }
+
+
+def unserved_line(unserved: Mapping[str, int]) -> str:
+    """The warning of ``outbox status`` and the page: due rows that no live relay will send."""
+    parts = [f"{due} in {name}" for name, due in unserved.items()]
+    return (
+        f"due rows wait and no live relay serves their queue: {', '.join(parts)} "
+        "(start a relay with --queue for it; `outbox relays` lists the fleet)"
+    )
+
+
+# --- health: what `outbox status` warns about, and what makes it exit 8 ----------------------
+
+
+def health(
+    report: StatusReport, *, lease: float, max_lag: float, max_failed: int | None
+) -> tuple[list[str], list[str]]:
+    """The warnings (said, not failed on) and the problems (exit 8) of a status."""
+    status = report.status
+    # A warning, not a problem: the lag says whether the wait has become one (--max-lag).
+    warnings = [unserved_line(report.unserved)] if report.unserved else []
+    # A bot's rows wait on purpose while it is paused; with no usable token they wait for good.
+    stranded = [b for b in report.bots if b.pending and b.token is not TokenState.SERVED]
+    if stranded:
+        warnings.append(unserved_bots_line(stranded))
+    problems = []
+    lag = max(report.lags.values(), default=0.0)
+    if lag > max_lag:
+        late = _named(status, [name for name, one in report.lags.items() if one > max_lag])
+        problems.append(
+            f"lag {span(lag)}{late} is over --max-lag {span(max_lag)} (is a relay running?)"
+        )
+    if status.stuck_claims:
+        stuck = _named(status, [n for n, f in status.queues.items() if f.stuck_claims > 0])
+        problems.append(
+            f"{status.stuck_claims} claims{stuck} are older than the {span(lease)} lease "
+            "or have no claim time (a relay died or hangs, or a row was claimed by hand; "
+            "a running relay reaps them within a minute, or run `outbox reap`)"
+        )
+    if status.never_due:
+        problems.append(
+            f"{status.never_due} pending rows are due at infinity and will never be sent "
+            "(`outbox list --holat kutmoqda`; set their keyingi_urinish, or cancel them)"
+        )
+    failed = status.counts[State.FAILED]
+    if max_failed is not None and failed > max_failed:
+        problems.append(
+            f"{failed} failed messages, more than --max-failed {max_failed} "
+            "(`outbox list --holat xato`)"
+        )
+    return warnings, problems
+
+
+def _named(status: QueueStatus, names: list[str]) -> str:
+    """Which queues a problem is in (" in queue bot2"), when the status covers several: each
+    bot's relays serve their own queues, so that is where to look."""
+    if len(status.queues) < 2 or not names:
+        return ""
+    return f" in queue{'s' if len(names) > 1 else ''} {', '.join(names)}"
+
+
+def status_json(report: StatusReport, warnings: list[str], problems: list[str]) -> dict[str, Any]:
+    status = report.status
+    return {
+        "holat": status.counts,
+        "lag_seconds": status.lag_seconds,
+        "stuck": status.stuck,
+        "stuck_claims": status.stuck_claims,
+        "never_due": status.never_due,
+        "markers": status.markers,
+        "estimated": list(status.estimated),
+        "failed": status.counts[State.FAILED],
+        "healthy": not problems,
+        "problems": problems,
+        "warnings": warnings,
+        "unserved_queues": report.unserved,
+        "queues": queues_json(status.queues),
+        "lanes": lanes_json(status.lanes),
+        "bots": [bot_json(b) for b in report.bots],
+        "paused": [pause_json(p) for p in report.paused],
+    }
+
+
+# --- the page's activity chart ---------------------------------------------------------------
+
+CHART_WIDTH = 600  # the SVG's own units; CSS scales it to the page
+CHART_HEIGHT = 100
+
+
+@dataclass(frozen=True, slots=True)
+class Bar:
+    x: float
+    width: float
+    delivered_y: float
+    delivered_height: float
+    failed_y: float
+    failed_height: float
+    label: str  # the bar's tooltip
+
+
+def chart_bars(activity: Activity) -> list[Bar]:
+    """One stacked bar per minute, oldest first: delivered at the bottom, failed on top."""
+    pairs = list(zip(activity.delivered, activity.failed, strict=True))
+    scale = CHART_HEIGHT / max(max((d + f for d, f in pairs), default=0), 1)
+    slot = CHART_WIDTH / max(len(pairs), 1)
+    bars = []
+    for i, (delivered, failed) in enumerate(pairs):
+        ago = len(pairs) - 1 - i
+        d_height, f_height = delivered * scale, failed * scale
+        moment = f"{ago} min ago" if ago else "this minute"
+        bars.append(
+            Bar(
+                x=i * slot + slot * 0.1,
+                width=slot * 0.8,
+                delivered_y=CHART_HEIGHT - d_height,
+                delivered_height=d_height,
+                failed_y=CHART_HEIGHT - d_height - f_height,
+                failed_height=f_height,
+                label=f"{moment}: {delivered} delivered, {failed} failed",
+            )
+        )
+    return bars

@@ -1,0 +1,25 @@
+-- A batch's (broadcast's) progress: the rows that share a partiya, through the batch index
+-- (partiya, holat, yangilangan). Its cancel is cancel_waiting (operator.sql).
+
+-- name: batch_progress
+-- A row is paused if its batch (:batch_paused), its queue (:queues) or its kind (:kinds) is:
+-- the pauses are read first and passed in (a handful of names). :window: the seconds over
+-- which the rate is measured.
+SELECT count(*) AS total,
+       count(*) FILTER (WHERE holat = 'bajarildi') AS sent,
+       count(*) FILTER (WHERE holat = 'xato') AS failed,
+       count(*) FILTER (WHERE holat = 'xato' AND xato_turi = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE holat = 'bajarilmoqda') AS sending,
+       count(*) FILTER (WHERE holat = 'kutmoqda' AND (CAST(:batch_paused AS boolean)
+                        OR navbat = ANY(CAST(:queues AS text[]))
+                        OR tur = ANY(CAST(:kinds AS text[])))) AS paused,
+       count(*) FILTER (WHERE holat = 'kutmoqda') AS pending,
+       count(*) FILTER (WHERE holat = 'bajarildi'
+                        AND yangilangan > now() - make_interval(secs => :window)) AS recent,
+       min(yangilangan) FILTER (WHERE holat = 'bajarildi'
+                        AND yangilangan > now() - make_interval(secs => :window)) AS recent_from,
+       min(yaratilgan) AS started,
+       max(yangilangan) FILTER (WHERE holat = 'bajarildi') AS last_sent,
+       now() AS now
+FROM outbox
+WHERE partiya = :partiya;

@@ -1,0 +1,29 @@
+-- The operator's pauses (table pauza): a queue, a bot, a kind (tur) or a batch stops being
+-- claimed by every relay until it is resumed. The claim keeps them by its own condition.
+
+-- name: pause
+INSERT INTO pauza (doira, qiymat) VALUES (:doira, :qiymat)
+ON CONFLICT (doira, qiymat) DO NOTHING
+RETURNING yaratilgan AS since;
+
+-- name: resume
+-- A resume wakes every listening relay: the rows it frees may be due already, and an idle
+-- relay would otherwise find them at its next poll.
+WITH gone AS (DELETE FROM pauza WHERE doira = :doira AND qiymat = :qiymat RETURNING 1)
+SELECT true AS resumed FROM gone, pg_notify(:channel, '') AS woken;
+
+-- name: list_pauses
+SELECT doira AS scope, qiymat AS value, yaratilgan AS since FROM pauza ORDER BY doira, qiymat;
+
+-- name: unpaused_lag
+-- The age of the oldest due row that no pause holds, per queue: what the status calls lag
+-- while something is paused (a paused queue's rows wait on purpose). Run only then.
+SELECT o.navbat AS queue, extract(epoch FROM now() - min(o.keyingi_urinish))::float8 AS lag
+FROM outbox o
+WHERE o.holat = 'kutmoqda' AND o.keyingi_urinish <= now() AND o.keyingi_urinish > '-infinity'
+  AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
+  AND NOT EXISTS (SELECT 1 FROM pauza p
+                  WHERE (p.doira = 'navbat' AND p.qiymat = o.navbat)
+                     OR (p.doira = 'tur' AND p.qiymat = o.tur)
+                     OR (p.doira = 'partiya' AND p.qiymat = o.partiya))
+GROUP BY o.navbat;
