@@ -62,7 +62,12 @@ clear AS (
                        WHERE s.yakka
                          AND ((s.holat = 'kutmoqda' AND s.keyingi_urinish <= now()
                                AND s.navbat = :queue
-                               AND (s.bot = :bot OR (s.bot IS NULL AND :unnamed)))
+                               AND (s.bot = :bot OR (s.bot IS NULL AND :unnamed))
+                               -- A paused suspect does not hold back the queue.
+                               AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
+                                   SELECT 1 FROM pauza z
+                                   WHERE (z.doira = 'tur' AND z.qiymat = s.tur)
+                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya))))
                               OR (s.holat = 'bajarilmoqda' AND s.egasi = :holder))) AS ok
 ),
 alone AS (
@@ -72,6 +77,9 @@ alone AS (
       AND o.navbat = :queue AND (o.bot = :bot OR (o.bot IS NULL AND :unnamed))
       AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM outbox WHERE egasi = :holder AND holat = 'bajarilmoqda')
+      AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
+               SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                        OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED

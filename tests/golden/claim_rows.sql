@@ -38,7 +38,11 @@ clear AS (
                        WHERE s.yakka
                          AND ((s.holat = 'kutmoqda' AND s.keyingi_urinish <= now()
                                AND s.navbat = %(queue)s
-                               AND (s.bot = %(bot)s OR (s.bot IS NULL AND %(unnamed)s)))
+                               AND (s.bot = %(bot)s OR (s.bot IS NULL AND %(unnamed)s))
+                               AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
+                                   SELECT 1 FROM "public".pauza z
+                                   WHERE (z.doira = 'tur' AND z.qiymat = s.tur)
+                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya))))
                               OR (s.holat = 'bajarilmoqda' AND s.egasi = %(holder)s))) AS ok
 ),
 alone AS (
@@ -48,6 +52,9 @@ alone AS (
       AND o.navbat = %(queue)s AND (o.bot = %(bot)s OR (o.bot IS NULL AND %(unnamed)s))
       AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM "public".outbox WHERE egasi = %(holder)s AND holat = 'bajarilmoqda')
+      AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
+               SELECT 1 FROM "public".pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                        OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
