@@ -197,9 +197,10 @@ def test_revision_0012_swaps_the_indexes_and_keeps_every_row(db_url: str) -> Non
     assert "outbox_kutmoqda_idx" in old_indexes
     assert {"outbox_kutmoqda_idx", "outbox_band_idx", "outbox_egasi_idx"}.isdisjoint(new_indexes)
     assert {"outbox_bajarilmoqda_idx", "outbox_yakka_kutmoqda_idx"} <= set(new_indexes)
-    # outbox_0014: one claim index for the lanes' rows, named or not.
-    assert "outbox_claim_idx" in new_indexes
-    assert {"outbox_ustuvorlik_idx", "outbox_bot_ustuvorlik_idx"}.isdisjoint(new_indexes)
+    # outbox_0014: two indexes of pending rows keyed by lane, for the rows naming a bot or not.
+    assert {"outbox_claim_idx", "outbox_lane_kutmoqda_idx"} <= set(new_indexes)
+    replaced = {"ustuvorlik", "bot_ustuvorlik", "bot_kutmoqda", "navbat_kutmoqda"}
+    assert {f"outbox_{name}_idx" for name in replaced}.isdisjoint(new_indexes)
 
 
 def _record(outcomes: list[queries.Outcome]) -> tuple[str, dict[str, Any]]:

@@ -45,14 +45,16 @@ plan AS (
     -- deadline_k - k / rate. Rows up to the last one past that moment may go early.
     SELECT greatest(now(), max(d) FILTER (
                WHERE d - make_interval(secs => k / :rate) <= now())) AS until
-    FROM (SELECT o.keyingi_urinish AS d,
-                 row_number() OVER (ORDER BY o.keyingi_urinish, o.id) AS k
-          FROM outbox o
-          WHERE o.holat = 'kutmoqda' AND o.navbat = :queue AND o.eng_erta IS NOT NULL
-            AND (o.bot = :bot OR (o.bot IS NULL AND :unnamed))
-            AND o.keyingi_urinish > now()
-            AND o.keyingi_urinish <= now() + make_interval(secs => :lookahead)
-          ORDER BY o.keyingi_urinish, o.id
+    FROM (SELECT w.keyingi_urinish AS d,
+                 row_number() OVER (ORDER BY w.keyingi_urinish, w.id) AS k
+          FROM keys CROSS JOIN LATERAL (
+              SELECT o.id, o.keyingi_urinish FROM outbox o
+              WHERE coalesce(o.bot, '') || ':' || o.navbat = keys.k AND o.holat = 'kutmoqda'
+                AND o.eng_erta IS NOT NULL AND o.keyingi_urinish > now()
+                AND o.keyingi_urinish <= now() + make_interval(secs => :lookahead)
+              ORDER BY o.keyingi_urinish, o.id
+              LIMIT :plan_rows) w
+          ORDER BY w.keyingi_urinish, w.id
           LIMIT :plan_rows) w
     WHERE :rate > 0
 ),

@@ -22,14 +22,16 @@ keys(k) AS (
 plan AS (
     SELECT greatest(now(), max(d) FILTER (
                WHERE d - make_interval(secs => k / %(rate)s) <= now())) AS until
-    FROM (SELECT o.keyingi_urinish AS d,
-                 row_number() OVER (ORDER BY o.keyingi_urinish, o.id) AS k
-          FROM "public".outbox o
-          WHERE o.holat = 'kutmoqda' AND o.navbat = %(queue)s AND o.eng_erta IS NOT NULL
-            AND (o.bot = %(bot)s OR (o.bot IS NULL AND %(unnamed)s))
-            AND o.keyingi_urinish > now()
-            AND o.keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
-          ORDER BY o.keyingi_urinish, o.id
+    FROM (SELECT w.keyingi_urinish AS d,
+                 row_number() OVER (ORDER BY w.keyingi_urinish, w.id) AS k
+          FROM keys CROSS JOIN LATERAL (
+              SELECT o.id, o.keyingi_urinish FROM "public".outbox o
+              WHERE coalesce(o.bot, '') || ':' || o.navbat = keys.k AND o.holat = 'kutmoqda'
+                AND o.eng_erta IS NOT NULL AND o.keyingi_urinish > now()
+                AND o.keyingi_urinish <= now() + make_interval(secs => %(lookahead)s)
+              ORDER BY o.keyingi_urinish, o.id
+              LIMIT %(plan_rows)s) w
+          ORDER BY w.keyingi_urinish, w.id
           LIMIT %(plan_rows)s) w
     WHERE %(rate)s > 0
 ),
