@@ -1,0 +1,28 @@
+"""The command line a newcomer expects: ``--version``, ``python -m``, options after the command,
+defaults in ``--help``, a bad value in one line that names its flag, ``reminders user list``,
+and the relay saying which Bot API it talks to."""
+
+from __future__ import annotations
+
+from tests.support import TEST_TOKEN, Relays, wait_until
+
+
+def test_the_relay_says_which_bot_api_it_talks_to(relays: Relays) -> None:
+    relay = relays.start()
+    line = wait_until(
+        lambda: next((s for s in relay.stderr.splitlines() if "Bot API" in s), None),
+        30,
+        "the Bot API line",
+        explain=relays.describe,
+    )
+    api_url = relays.env["OUTBOX_TELEGRAM_API_URL"].rstrip("/")
+    assert f"Bot API {api_url}, bot 123456" in line
+    # Stopped once it runs (a SIGTERM before its handlers are in place is a plain kill).
+    wait_until(
+        lambda: "heartbeat connection" in relay.stderr,
+        30,
+        "the relay to run",
+        explain=relay.describe,
+    )
+    assert relay.stop() == 0, relay.describe()
+    assert TEST_TOKEN not in relay.stderr and TEST_TOKEN.split(":")[1] not in relay.stderr
