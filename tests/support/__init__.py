@@ -54,6 +54,7 @@ __all__ = [
     "enqueue_numbered",
     "eventually",
     "insert_raw",
+    "is_test_module",
     "make_relay",
     "missing_tool",
     "outcome_writer",
@@ -80,6 +81,13 @@ TEST_TOKEN = "123456:TEST-token_for-fake"
 # Set by CI (.ci/run), which installs Chromium and PgBouncer: a test whose tool is missing
 # fails there instead of skipping, so a broken install cannot leave CI green.
 REQUIRE_SYSTEM_TOOLS = "OUTBOX_REQUIRE_SYSTEM_TOOLS"
+
+
+def is_test_module(name: str) -> bool:
+    """Whether a file (a path in the wheel or the repository) is part of a test suite."""
+    parts = name.split("/")
+    stem = parts[-1].removesuffix(".py")
+    return "tests" in parts[:-1] or stem == "conftest" or stem.startswith("test_")
 
 
 def missing_tool(reason: str) -> NoReturn:

@@ -1,4 +1,6 @@
-"""The wheel's hand-kept package list against the folders in the repository."""
+"""The wheel's hand-kept package list against the folders in the repository: every folder of
+the packages is listed, except the tests of the vazifalar domain (reminders/tests), which the
+wheel never ships; tests/e2e/test_packaging.py builds the wheel and looks inside."""
 
 from __future__ import annotations
 
@@ -7,7 +9,10 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests.support import ROOT, is_test_module
+
+# Folders inside the packages that are not shipped: the domain's tests beside its code.
+NOT_SHIPPED = (ROOT / "reminders" / "tests",)
 
 
 def _setuptools() -> dict[str, Any]:
@@ -25,8 +30,13 @@ def _folder(package: str, package_dir: dict[str, str]) -> Path:
     return ROOT.joinpath(*parts)
 
 
+def _shipped(path: Path) -> bool:
+    return not any(path == kept or kept in path.parents for kept in NOT_SHIPPED)
+
+
 def _shipped_folders(folder: Path) -> list[Path]:
-    return [folder, *(p for p in folder.rglob("*") if p.is_dir() and p.name != "__pycache__")]
+    inside = (p for p in folder.rglob("*") if p.is_dir() and p.name != "__pycache__")
+    return [folder, *(p for p in inside if _shipped(p))]
 
 
 def test_every_folder_of_the_packages_is_listed() -> None:
@@ -42,6 +52,28 @@ def test_every_folder_of_the_packages_is_listed() -> None:
     assert missing == [], f"folders missing from [tool.setuptools] packages: {missing}"
     absent = sorted(p for f, p in listed.items() if not f.is_dir())
     assert absent == [], f"listed packages without a folder: {absent}"
+
+
+def test_no_listed_package_holds_a_test_module() -> None:
+    config = _setuptools()
+    package_dir = config.get("package-dir", {})
+    listed = [p for p in config["packages"] if "tests" in p.split(".")]
+    assert listed == [], f"test packages listed in [tool.setuptools] packages: {listed}"
+    modules = [
+        str(path.relative_to(ROOT))
+        for package in config["packages"]
+        for path in _folder(package, package_dir).glob("*.py")
+        if is_test_module(path.name)
+    ]
+    assert modules == [], f"test modules inside shipped packages: {modules}"
+
+
+def test_the_domains_tests_are_in_its_package_folder_and_not_shipped() -> None:
+    # The check above would pass vacuously if reminders/tests moved: it must be where it is.
+    assert (ROOT / "reminders" / "tests" / "__init__.py").is_file()
+    assert not any(_shipped(folder) for folder in NOT_SHIPPED)
+    assert [is_test_module(n) for n in ("reminders/tests/db/x.py", "a/conftest.py")] == [True, True]
+    assert not is_test_module("reminders/testing.py")
 
 
 def test_every_data_file_of_the_packages_is_in_package_data() -> None:
