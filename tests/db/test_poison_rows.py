@@ -17,38 +17,16 @@ import sqlalchemy as sa
 from outbox import api, migrate, queries
 from outbox.db import async_connect, create_engine
 from tests.support import enqueue_numbered, row, run_cli, states
+from tests.support.bad_rows import DEEP, INSERT, drop_row_limits, execute
 
 FIRST_CHAT = 1000
-DEEP = "[" * 1000 + "]" * 1000
-ROW_CONSTRAINTS = (
-    "outbox_urinish_range",
-    "outbox_keyingi_urinish_finite",
-    "outbox_band_vaqti_finite",
-    "outbox_claimed_has_band_vaqti",
-)
-
-
-def drop_row_limits(engine: sa.Engine) -> None:
-    """The table as it was before outbox_0002's constraints: plain SQL writes anything."""
-    with engine.begin() as conn:
-        for name in ROW_CONSTRAINTS:
-            conn.exec_driver_sql(f"ALTER TABLE outbox DROP CONSTRAINT {name}")
-        conn.exec_driver_sql("DROP TRIGGER outbox_row_checks ON outbox")
-
-
-def execute(engine: sa.Engine, statement: str) -> None:
-    with engine.begin() as conn:
-        conn.exec_driver_sql(statement)
-
-
-_INSERT = "INSERT INTO outbox (kalit, payload) VALUES ('bad', '{payload}')"
 
 
 def test_the_table_refuses_rows_no_relay_could_deliver(engine: sa.Engine) -> None:
     refused = {
-        "outbox_payload_depth": _INSERT.format(payload='{"a": ' + DEEP + "}"),
-        "outbox_payload_object": _INSERT.format(payload="[1, 2]"),
-        "outbox_payload_size": _INSERT.format(payload='{"text": "' + "x" * 70_000 + '"}'),
+        "outbox_payload_depth": INSERT.format(payload='{"a": ' + DEEP + "}"),
+        "outbox_payload_object": INSERT.format(payload="[1, 2]"),
+        "outbox_payload_size": INSERT.format(payload='{"text": "' + "x" * 70_000 + '"}'),
         "outbox_urinish_range": "INSERT INTO outbox (payload, urinish) VALUES ('{}', 2147483647)",
         "outbox_keyingi_urinish_finite": (
             "INSERT INTO outbox (payload, keyingi_urinish) VALUES ('{}', 'infinity')"
@@ -70,7 +48,7 @@ def test_the_table_refuses_rows_no_relay_could_deliver(engine: sa.Engine) -> Non
         """VALUES ('eslatma', 'dars', '{"chat_id": 42, "text": "Salom"}')""",
     )
     nested = '{"a": ' * 31 + "1" + "}" * 31
-    execute(engine, _INSERT.format(payload=nested))
+    execute(engine, INSERT.format(payload=nested))
     assert states(engine)["kutmoqda"] == 2
 
 
@@ -84,7 +62,7 @@ def test_status_counts_rows_stuck_in_any_way_and_show_prints_any_row(
     # exception escaping one fails the test as a traceback would.
     monkeypatch.setenv("OUTBOX_DATABASE_URL", db_url)
     drop_row_limits(engine)
-    execute(engine, _INSERT.format(payload='{"deep": ' + DEEP + "}"))
+    execute(engine, INSERT.format(payload='{"deep": ' + DEEP + "}"))
     execute(
         engine,
         "INSERT INTO outbox (kalit, payload, holat, keyingi_urinish, band_vaqti, yaratilgan, tarix)"
@@ -179,7 +157,7 @@ def test_the_migration_fails_offending_rows_with_the_reason_and_loses_none(
                 assert found.payload == "{}"
                 assert history[-1]["payload"] == before[key], "the payload was not kept"
         with pytest.raises(sa.exc.IntegrityError, match="outbox_payload_depth"):
-            execute(engine, _INSERT.format(payload='{"a": ' + DEEP + "}"))
+            execute(engine, INSERT.format(payload='{"a": ' + DEEP + "}"))
     finally:
         engine.dispose()
 

@@ -1,7 +1,7 @@
 """The page fed what an attacker or a typo sends: a clear 4xx, never a 500, always the
 security headers; sign-in throttled; the session cookie Secure behind a TLS proxy.
 
-Most run the application in the test's process (tests/webapp.py); the proxy setting is also
+Most run the application in the test's process (tests/support/webapp.py); the proxy setting is also
 tried through ``outbox web`` itself, where the flag and its environment twin are read.
 """
 

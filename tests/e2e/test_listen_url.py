@@ -1,6 +1,6 @@
 """LISTEN beside PgBouncer: claims and writes through the pooler, the wake-ups on a direct
 connection of their own (``--listen-database-url``). Runs through the distribution's pgbouncer
-(tests/pgbouncer.py); without it the PgBouncer test skips and says so."""
+(tests/support/pgbouncer.py); without it the PgBouncer test skips and says so."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 ``--poll-only`` is the PgBouncer mode: no LISTEN, no server-side prepared statements, and
 every lock the relay relies on lasts one transaction; relays of one bot still keep its limits
 and its flood pause together, through the database. These tests run it through the
-distribution's pgbouncer (tests/pgbouncer.py); without it they skip and say so.
+distribution's pgbouncer (tests/support/pgbouncer.py); without it they skip and say so.
 """
 
 from __future__ import annotations

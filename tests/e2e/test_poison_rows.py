@@ -19,33 +19,14 @@ import sqlalchemy as sa
 
 from outbox_testing.fake_telegram import FakeTelegram
 from tests.support import Relays, enqueue_numbered, row, run_module, states, wait_until
+from tests.support.bad_rows import DEEP, INSERT, drop_row_limits, execute
 
 GOOD = 20
 FIRST_CHAT = 1000
-DEEP = "[" * 1000 + "]" * 1000
-ROW_CONSTRAINTS = (
-    "outbox_urinish_range",
-    "outbox_keyingi_urinish_finite",
-    "outbox_band_vaqti_finite",
-    "outbox_claimed_has_band_vaqti",
-)
 
 # A short lease, so that expired claims come back within the test; the relay refuses a lease
 # that cannot cover a send (the Telegram timeout plus the shutdown grace).
 SHORT_LEASE = {"OUTBOX_LEASE": "2s", "OUTBOX_TELEGRAM_TIMEOUT": "1s", "OUTBOX_GRACE": "1s"}
-
-
-def drop_row_limits(engine: sa.Engine) -> None:
-    """The table as it was before outbox_0002's constraints: plain SQL writes anything."""
-    with engine.begin() as conn:
-        for name in ROW_CONSTRAINTS:
-            conn.exec_driver_sql(f"ALTER TABLE outbox DROP CONSTRAINT {name}")
-        conn.exec_driver_sql("DROP TRIGGER outbox_row_checks ON outbox")
-
-
-def execute(engine: sa.Engine, statement: str) -> None:
-    with engine.begin() as conn:
-        conn.exec_driver_sql(statement)
 
 
 def outbox_cli(db_url: str, *argv: str) -> subprocess.CompletedProcess[str]:
@@ -63,20 +44,19 @@ class BadRow:
     sent: int  # how many times Telegram receives it
 
 
-_INSERT = "INSERT INTO outbox (kalit, payload) VALUES ('bad', '{payload}')"
 _GOOD_PAYLOAD = '{"chat_id": 7, "text": "yaxshi"}'
 
 BAD_ROWS = [
     BadRow(
         "payload nested 1,000 levels deep",
-        _INSERT.format(payload='{"chat_id": 7, "text": "x", "deep": ' + DEEP + "}"),
+        INSERT.format(payload='{"chat_id": 7, "text": "x", "deep": ' + DEEP + "}"),
         "xato",
         "payload is nested too deeply to decode",
         0,
     ),
     BadRow(
         "urinish at the integer's end",
-        _INSERT.format(payload=_GOOD_PAYLOAD)
+        INSERT.format(payload=_GOOD_PAYLOAD)
         + "; UPDATE outbox SET urinish = 2147483647 WHERE kalit = 'bad'",
         "bajarildi",
         None,
@@ -84,7 +64,7 @@ BAD_ROWS = [
     ),
     BadRow(
         "keyingi_urinish = infinity",
-        _INSERT.format(payload=_GOOD_PAYLOAD)
+        INSERT.format(payload=_GOOD_PAYLOAD)
         + "; UPDATE outbox SET keyingi_urinish = 'infinity' WHERE kalit = 'bad'",
         "kutmoqda",  # never due: `outbox status` reports it (test below)
         None,
@@ -92,7 +72,7 @@ BAD_ROWS = [
     ),
     BadRow(
         "keyingi_urinish = -infinity",
-        _INSERT.format(payload=_GOOD_PAYLOAD)
+        INSERT.format(payload=_GOOD_PAYLOAD)
         + "; UPDATE outbox SET keyingi_urinish = '-infinity' WHERE kalit = 'bad'",
         "bajarildi",
         None,
@@ -100,7 +80,7 @@ BAD_ROWS = [
     ),
     BadRow(
         "bajarilmoqda without band_vaqti",
-        _INSERT.format(payload=_GOOD_PAYLOAD)
+        INSERT.format(payload=_GOOD_PAYLOAD)
         + "; UPDATE outbox SET holat = 'bajarilmoqda', urinish = 1 WHERE kalit = 'bad'",
         "bajarildi",  # reaped at once, then sent
         None,
@@ -108,28 +88,28 @@ BAD_ROWS = [
     ),
     BadRow(
         "chat_id beyond bigint",
-        _INSERT.format(payload='{"chat_id": 9223372036854775899, "text": "katta"}'),
+        INSERT.format(payload='{"chat_id": 9223372036854775899, "text": "katta"}'),
         "xato",
         "is not a Telegram chat id",
         0,
     ),
     BadRow(
         "parse_mode null with 5,000 characters",
-        _INSERT.format(payload='{"chat_id": 7, "parse_mode": null, "text": "' + "u" * 5000 + '"}'),
+        INSERT.format(payload='{"chat_id": 7, "parse_mode": null, "text": "' + "u" * 5000 + '"}'),
         "xato",
         "text is 5000 characters",
         0,
     ),
     BadRow(
         "chat_id 0",
-        _INSERT.format(payload='{"chat_id": 0, "text": "hech kim"}'),
+        INSERT.format(payload='{"chat_id": 0, "text": "hech kim"}'),
         "xato",
         "chat_id 0 is not a Telegram chat id",
         0,
     ),
     BadRow(
         "payload a JSON string",
-        _INSERT.format(payload='"salom"'),
+        INSERT.format(payload='"salom"'),
         "xato",
         "payload must be a JSON object",
         0,

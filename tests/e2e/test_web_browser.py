@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import http.server
 import os
-import shutil
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -20,27 +19,17 @@ import pytest
 import sqlalchemy as sa
 
 from outbox_testing.fake_telegram import FakeTelegram
-from tests.support import Relays, free_port, missing_tool, row
-from tests.support.webpage import add_message, running_web
+from tests.support import Relays, free_port, row
+from tests.support.webpage import add_message, chromium, running_web
 
 DOCS = Path(__file__).resolve().parents[1] / "docs"
 WAIT = 30.0  # seconds a condition may take to show on the page
 SCRIPT_TITLE = "<script>window.pwned = true</script> Sut olish"
 
 
-def _chromium() -> tuple[str, str]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if browser is None:
-        missing_tool("chromium not installed (apt-get install chromium chromium-driver)")
-    if driver is None:
-        missing_tool("chromedriver not installed (apt-get install chromium-driver)")
-    return browser, driver
-
-
 @pytest.fixture
 def browser() -> Iterator[Any]:
-    binary, driver_path = _chromium()
+    binary, driver_path = chromium()
     webdriver = pytest.importorskip("selenium.webdriver", reason="selenium not installed")
     options = webdriver.ChromeOptions()
     options.binary_location = binary

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import re
+import shutil
 import subprocess
 import sys
 import urllib.error
@@ -17,9 +18,9 @@ from typing import Any
 
 import sqlalchemy as sa
 
-from tests.support import free_port, relay_env, wait_until
+from tests.support import free_port, missing_tool, relay_env, wait_until
 
-__all__ = ["Answer", "WebPage", "add_message", "running_web"]
+__all__ = ["Answer", "WebPage", "add_message", "chromium", "running_web"]
 
 
 @dataclass
@@ -158,3 +159,14 @@ def add_message(
                 },
             ).scalar_one()
         )
+
+
+def chromium() -> tuple[str, str]:
+    """The paths of Chromium and its driver (the browser tests skip, naming what is missing)."""
+    browser = shutil.which("chromium") or shutil.which("chromium-browser")
+    driver = shutil.which("chromedriver")
+    if browser is None:
+        missing_tool("chromium not installed (apt-get install chromium chromium-driver)")
+    if driver is None:
+        missing_tool("chromedriver not installed (apt-get install chromium-driver)")
+    return browser, driver

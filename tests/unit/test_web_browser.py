@@ -12,17 +12,7 @@ import shutil
 
 import pytest
 
-from tests.support import missing_tool
-
-
-def _chromium() -> tuple[str, str]:
-    browser = shutil.which("chromium") or shutil.which("chromium-browser")
-    driver = shutil.which("chromedriver")
-    if browser is None:
-        missing_tool("chromium not installed (apt-get install chromium chromium-driver)")
-    if driver is None:
-        missing_tool("chromedriver not installed (apt-get install chromium-driver)")
-    return browser, driver
+from tests.support.webpage import chromium
 
 
 @pytest.mark.parametrize(
@@ -37,4 +27,4 @@ def test_a_missing_browser_tool_is_named(
         shutil, "which", lambda name: f"/usr/bin/{name}" if name in present else None
     )
     with pytest.raises(pytest.skip.Exception, match=named):
-        _chromium()
+        chromium()
