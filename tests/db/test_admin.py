@@ -377,7 +377,8 @@ def test_status_counts_and_is_healthy(
     add_marker(engine, "d")
 
     code, out, err = run(capsys, "status")
-    # No relay runs here: the due row's queue has nobody to send it (tests/e2e/test_relay_registry.py).
+    # No relay runs here: the due row's queue has nobody to send it (the live relays:
+    # tests/e2e/test_relay_registry.py).
     assert code == 0 and err.startswith("outbox: warning: due rows wait and no live relay")
     assert len(err.splitlines()) == 1
     lines = {line.split()[0]: line.split()[1] for line in out.splitlines()}

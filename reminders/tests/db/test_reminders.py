@@ -471,5 +471,3 @@ def test_bad_input_is_refused_with_one_line_and_changes_nothing(
     assert "\n" not in str(raised.value)
     assert outbox_rows(engine) == before
     assert (count(engine, "foydalanuvchi"), count(engine, "vazifa")) == (1, 1)
-
-

@@ -21,24 +21,12 @@ HOUR = timedelta(hours=1)
 DAY = timedelta(days=1)
 
 
-
-
 # --- creating --------------------------------------------------------------------------------
 
 
 def test_key_names_task_offset_and_due_time() -> None:
     due = datetime(2030, 1, 15, 9, 0, tzinfo=UTC)
     assert reminder_key(7, 3600, due) == f"vazifa:7:3600:{int(due.timestamp())}"
-
-
-
-
-
-
-
-
-
-
 
 
 # --- the message -----------------------------------------------------------------------------
