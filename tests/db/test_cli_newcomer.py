@@ -5,24 +5,11 @@ and the relay saying which Bot API it talks to."""
 from __future__ import annotations
 
 import json
-import os
-from pathlib import Path
 
 import pytest
 
 from reminders.cli import main as reminders_main
-from tests.support import run_cli, run_module
-
-
-def clean_env(**extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_"))}
-    return {**env, **extra}
-
-
-def test_python_dash_m_outbox_runs_a_command(db_url: str, tmp_path: Path) -> None:
-    done = run_module("outbox", "status", env=clean_env(OUTBOX_DATABASE_URL=db_url), cwd=tmp_path)
-    assert done.returncode == 0, done.stderr
-    assert "kutmoqda" in done.stdout
+from tests.support import run_cli
 
 
 def test_global_options_after_the_command(capsys: pytest.CaptureFixture[str], db_url: str) -> None:

@@ -4,8 +4,6 @@ bot. Relays are real processes; Telegram is the fake Bot API, enforcing its limi
 from __future__ import annotations
 
 import asyncio
-import json
-import os
 
 import psycopg
 import sqlalchemy as sa
@@ -16,8 +14,6 @@ from outbox.queries import claim_due, queue_timing
 from outbox.telegram import bot_id_of
 from tests.support import (
     TEST_TOKEN,
-    row,
-    run_module,
     text,
 )
 
@@ -48,31 +44,6 @@ def test_the_lessons_plain_insert_lands_in_the_default_queue(engine: sa.Engine) 
             sa.text('INSERT INTO outbox (payload) VALUES (\'{"chat_id": 1, "text": "a"}\')')
         )
         assert conn.execute(sa.text("SELECT navbat FROM outbox")).scalar_one() == "default"
-
-
-def test_status_list_and_replay_take_a_queue(engine: sa.Engine, db_url: str) -> None:
-    from outbox import api
-
-    with engine.begin() as conn:
-        for queue in ("bot1", "bot2"):
-            for n in range(2):
-                enqueue(conn, key=f"{queue}-{n}", payload=text(9000 + n), queue=queue)
-        conn.execute(sa.text("UPDATE outbox SET holat = 'xato' WHERE kalit LIKE '%-1'"))
-    with engine.begin() as conn:
-        status = api.queue_status(conn, queue="bot1")
-        assert (status.counts["kutmoqda"], status.counts["xato"]) == (1, 1)
-        assert api.queue_status(conn).counts["xato"] == 2
-        listed = api.list_messages(conn, queue="bot2")
-        assert {m.key for m in listed} == {"bot2-0", "bot2-1"}
-        replayed = api.replay(conn, None, queue="bot1")
-        assert [r.replayed for r in replayed] == [True]
-    assert row(engine, "bot1-1")["holat"] == "kutmoqda"
-    assert row(engine, "bot2-1")["holat"] == "xato"
-    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url}
-    done = run_module("outbox.cli", "status", "--queue", "bot2", "--json", env=env)
-    assert json.loads(done.stdout)["holat"]["xato"] == 1, done.stderr
-    bad = run_module("outbox.cli", "list", "--queue", "no way", env=env)
-    assert bad.returncode != 0 and "Traceback" not in bad.stderr
 
 
 def test_the_reaper_forgets_chats_idle_for_a_minute(engine: sa.Engine, db_url: str) -> None:

@@ -4,7 +4,6 @@ processes; Telegram is the fake Bot API, which keeps its limits per bot."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
@@ -13,7 +12,6 @@ import sqlalchemy as sa
 from outbox import enqueue, enqueue_many
 from outbox.errors import InvalidInput
 from tests.support import (
-    run_module,
     states,
 )
 
@@ -46,20 +44,3 @@ def test_enqueue_refuses_a_token_for_a_bot(engine: sa.Engine) -> None:
 
 def _counts(engine: sa.Engine) -> dict[str, int]:
     return {str(state): n for state, n in states(engine).items() if n}
-
-
-def test_list_and_replay_by_bot(engine: sa.Engine, db_url: str) -> None:
-    _enqueue_for(engine, 1001, 2, chat0=100)
-    _enqueue_for(engine, 1002, 2, chat0=200)
-    with engine.begin() as conn:
-        conn.execute(sa.text("UPDATE outbox SET holat = 'xato', oxirgi_xato = 'x'"))
-    env = {"OUTBOX_DATABASE_URL": db_url}
-    listed = run_module("outbox", "list", "--bot", "1002", "--json", env=env)
-    assert listed.returncode == 0, listed.stderr
-    assert sorted(m["kalit"] for m in json.loads(listed.stdout)) == ["b1002-0", "b1002-1"]
-    assert {m["bot"] for m in json.loads(listed.stdout)} == {"1002"}
-    replayed = run_module("outbox", "replay", "--all-failed", "--bot", "1001", env=env)
-    assert replayed.stdout == "replayed 2 failed messages (bot 1001)\n", replayed.stderr
-    assert _counts(engine) == {"kutmoqda": 2, "xato": 2}
-    refused = run_module("outbox", "list", "--bot", "1001:secret", env=env)
-    assert refused.returncode == 2 and "secret" not in refused.stderr

@@ -4,7 +4,15 @@ and the relay saying which Bot API it talks to."""
 
 from __future__ import annotations
 
-from tests.support import TEST_TOKEN, Relays, wait_until
+import os
+from pathlib import Path
+
+from tests.support import TEST_TOKEN, Relays, run_module, wait_until
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_"))}
+    return {**env, **extra}
 
 
 def test_the_relay_says_which_bot_api_it_talks_to(relays: Relays) -> None:
@@ -26,3 +34,9 @@ def test_the_relay_says_which_bot_api_it_talks_to(relays: Relays) -> None:
     )
     assert relay.stop() == 0, relay.describe()
     assert TEST_TOKEN not in relay.stderr and TEST_TOKEN.split(":")[1] not in relay.stderr
+
+
+def test_python_dash_m_outbox_runs_a_command(db_url: str, tmp_path: Path) -> None:
+    done = run_module("outbox", "status", env=clean_env(OUTBOX_DATABASE_URL=db_url), cwd=tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert "kutmoqda" in done.stdout

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import json
+import os
 import signal
 import time
 from collections.abc import Iterator
@@ -25,6 +27,7 @@ from tests.support import (
     Relays,
     relay_env,
     row,
+    run_module,
     states,
     text,
     wait_until,
@@ -214,3 +217,28 @@ def test_the_queues_of_one_bot_share_its_budget(
     # A slot is 1/rate apart and a send may be a little late for it: one more, not twice as many.
     assert busiest <= rate + 1, stamps
     assert (len(stamps) - 1) / (stamps[-1] - stamps[0]) <= rate * 1.1, stamps
+
+
+def test_status_list_and_replay_take_a_queue(engine: sa.Engine, db_url: str) -> None:
+    from outbox import api
+
+    with engine.begin() as conn:
+        for queue in ("bot1", "bot2"):
+            for n in range(2):
+                enqueue(conn, key=f"{queue}-{n}", payload=text(9000 + n), queue=queue)
+        conn.execute(sa.text("UPDATE outbox SET holat = 'xato' WHERE kalit LIKE '%-1'"))
+    with engine.begin() as conn:
+        status = api.queue_status(conn, queue="bot1")
+        assert (status.counts["kutmoqda"], status.counts["xato"]) == (1, 1)
+        assert api.queue_status(conn).counts["xato"] == 2
+        listed = api.list_messages(conn, queue="bot2")
+        assert {m.key for m in listed} == {"bot2-0", "bot2-1"}
+        replayed = api.replay(conn, None, queue="bot1")
+        assert [r.replayed for r in replayed] == [True]
+    assert row(engine, "bot1-1")["holat"] == "kutmoqda"
+    assert row(engine, "bot2-1")["holat"] == "xato"
+    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url}
+    done = run_module("outbox.cli", "status", "--queue", "bot2", "--json", env=env)
+    assert json.loads(done.stdout)["holat"]["xato"] == 1, done.stderr
+    bad = run_module("outbox.cli", "list", "--queue", "no way", env=env)
+    assert bad.returncode != 0 and "Traceback" not in bad.stderr

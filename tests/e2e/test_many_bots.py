@@ -5,6 +5,7 @@ processes; Telegram is the fake Bot API, which keeps its limits per bot."""
 from __future__ import annotations
 
 import collections
+import json
 import re
 import signal
 from collections.abc import Iterator
@@ -318,3 +319,20 @@ def test_drain_and_once_with_a_folder_of_tokens(
 
     assert _counts(engine) == {"bajarildi": 10}, drain.stderr
     assert {bot: len(texts) for bot, texts in _by_bot(any_fake).items()} == {1001: 3, 1002: 7}
+
+
+def test_list_and_replay_by_bot(engine: sa.Engine, db_url: str) -> None:
+    _enqueue_for(engine, 1001, 2, chat0=100)
+    _enqueue_for(engine, 1002, 2, chat0=200)
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE outbox SET holat = 'xato', oxirgi_xato = 'x'"))
+    env = {"OUTBOX_DATABASE_URL": db_url}
+    listed = run_module("outbox", "list", "--bot", "1002", "--json", env=env)
+    assert listed.returncode == 0, listed.stderr
+    assert sorted(m["kalit"] for m in json.loads(listed.stdout)) == ["b1002-0", "b1002-1"]
+    assert {m["bot"] for m in json.loads(listed.stdout)} == {"1002"}
+    replayed = run_module("outbox", "replay", "--all-failed", "--bot", "1001", env=env)
+    assert replayed.stdout == "replayed 2 failed messages (bot 1001)\n", replayed.stderr
+    assert _counts(engine) == {"kutmoqda": 2, "xato": 2}
+    refused = run_module("outbox", "list", "--bot", "1001:secret", env=env)
+    assert refused.returncode == 2 and "secret" not in refused.stderr

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import sqlalchemy as sa
 
-from tests.support import TEST_TOKEN, row
+from tests.support import TEST_TOKEN, relay_env, row, run_module
 from tests.support.webpage import WebPage, add_message, running_web
 
 
@@ -296,3 +296,14 @@ def test_the_page_logs_its_actions_with_the_message_fields(
     assert replayed[0]["outbox_id"] == failed
     assert replayed[0]["key"] == "logged" and replayed[0]["chat_id"] == 31337
     assert replayed[0]["logger"] == "outbox.web" and replayed[0]["level"] == "INFO"
+
+
+def test_no_password_no_listening_beyond_loopback(db_url: str, tmp_path: Path) -> None:
+    env = relay_env(db_url, "http://127.0.0.1:9")
+    done = run_module("outbox.cli", "web", "--host", "0.0.0.0", "--port", "0", env=env)
+    assert done.returncode == 3
+    assert done.stderr.strip().splitlines()[-1] == (
+        "outbox: refusing to serve the page on 0.0.0.0 without a password: set "
+        "OUTBOX_WEB_PASSWORD or OUTBOX_WEB_PASSWORD_FILE (or listen on 127.0.0.1)"
+    )
+    assert "Traceback" not in done.stderr

@@ -52,3 +52,15 @@ def test_a_request_aiohttp_cannot_parse_is_one_log_line_not_a_traceback(
         log = web.log
     assert "Traceback" not in log
     assert "web: a malformed request from 127.0.0.1 refused (400): Got more than 8190" in log
+
+
+def test_a_trusted_proxy_that_is_no_address_is_refused_in_one_line(db_url: str) -> None:
+    from tests.support import relay_env, run_module
+
+    env = relay_env(db_url, "http://127.0.0.1:9", OUTBOX_WEB_TRUSTED_PROXY="10.0.0.0/8,proxy")
+    done = run_module("outbox.cli", "web", "--port", "0", env=env)
+    assert done.returncode == 3
+    assert done.stderr.strip().splitlines()[-1] == (
+        "outbox: --trusted-proxy: 'proxy' is not an IP address or network "
+        "(e.g. 127.0.0.1 or 10.0.0.0/8)"
+    )

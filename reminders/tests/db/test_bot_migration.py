@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import json
-import os
 
 import psycopg
 from alembic import command
@@ -12,7 +11,6 @@ from alembic import command
 from outbox import migrate
 from outbox.schema import current_schema
 from reminders.migrate import HISTORY, migrate_all
-from tests.support import run_module
 
 
 def _tables(url: str) -> set[str]:
@@ -112,21 +110,3 @@ def test_down_to_0002_reads_the_text_again_and_up_the_code(db_url: str) -> None:
         assert _active(conn) is True
         _fail_claimed(conn, "d", "xato_turi = 'blocked'")
         assert _active(conn) is False
-
-
-def test_the_trigger_works_with_the_outbox_in_its_own_schema(empty_db_url: str) -> None:
-    env = {**os.environ, "OUTBOX_SCHEMA": "jobs", "OUTBOX_DATABASE_URL": empty_db_url}
-    ran = run_module("reminders", "migrate", env=env, timeout=120)
-    assert ran.returncode == 0, ran.stderr
-    with psycopg.connect(empty_db_url, autocommit=True) as conn:
-        conn.execute("INSERT INTO foydalanuvchi (ism, chat_id) VALUES ('A', 11)")
-        conn.execute(
-            "INSERT INTO jobs.outbox (kalit, payload, holat, band_vaqti) "
-            "VALUES ('a', %s, 'bajarilmoqda', now())",
-            (json.dumps({"chat_id": 11, "text": "x"}),),
-        )
-        conn.execute(
-            "UPDATE jobs.outbox SET holat = 'xato', xato_turi = 'blocked', oxirgi_xato = "
-            "'Telegram refused (403): Forbidden: user is deactivated'"
-        )
-        assert conn.execute("SELECT faol FROM foydalanuvchi").fetchone() == (False,)

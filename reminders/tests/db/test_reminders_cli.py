@@ -3,13 +3,9 @@
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -266,33 +262,3 @@ def test_help_exits_zero(run: Run) -> None:
     ran = run("add", "--help")
     assert ran.code == 0
     assert "--remind-before" in ran.out
-
-
-def _script(name: str) -> list[str]:
-    installed = Path(sys.executable).parent / name
-    return [str(installed)] if installed.exists() else [sys.executable, "-m", name]
-
-
-@pytest.mark.parametrize(
-    "command", [_script("reminders"), [sys.executable, "-m", "reminders"]], ids=["script", "-m"]
-)
-def test_the_installed_command(db_url: str, engine: sa.Engine, command: list[str]) -> None:
-    env = {**os.environ, "OUTBOX_DATABASE_URL": db_url}
-
-    def call(*argv: str) -> subprocess.CompletedProcess[str]:
-        return subprocess.run(
-            [*command, *argv], env=env, capture_output=True, text=True, timeout=120, check=False
-        )
-
-    user = call("user", "add", "--name", "Dilnoza", "--chat-id", "42")
-    assert user.returncode == 0, user.stderr
-    task = call("add", "Hisobot", "--user", user.stdout.strip(), "--due", "2099-01-15 09:00")
-    assert task.returncode == 0, task.stderr
-    listed = call("list", "--json")
-    assert json.loads(listed.stdout)[0]["title"] == "Hisobot"
-    bad = call("add", "T", "--user", "1", "--due", "someday")
-    assert bad.returncode == 2
-    assert bad.stdout == ""
-    assert bad.stderr.startswith("reminders: cannot read the due time 'someday'")
-    assert "Traceback" not in bad.stderr
-    assert len(outbox_rows(engine)) == 1
