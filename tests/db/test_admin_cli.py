@@ -1,4 +1,8 @@
-"""Operator commands: mistakes get one line and a documented exit code; replay beside relays."""
+"""Operator commands: mistakes get one line and a documented exit code; replay beside relays.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/unit/test_admin_cli.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """The command line a newcomer expects: ``--version``, ``python -m``, options after the command,
 defaults in ``--help``, a bad value in one line that names its flag, ``reminders user list``,
-and the relay saying which Bot API it talks to."""
+and the relay saying which Bot API it talks to.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_cli_newcomer.py``, ``tests/unit/test_cli_newcomer.py``.
+"""
 
 from __future__ import annotations
 

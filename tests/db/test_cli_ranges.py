@@ -2,6 +2,9 @@
 
 Out-of-range numbers, ids beyond bigint, ``inf``, ``nan`` and absurd durations are one line
 naming the flag (or variable): exit 2, or 3 for the relay's settings; never a traceback.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/unit/test_cli_ranges.py``.
 """
 
 from __future__ import annotations

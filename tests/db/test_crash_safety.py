@@ -1,4 +1,8 @@
-"""Crash safety with real processes: kill -9, a Postgres restart, many relays, a hung relay."""
+"""Crash safety with real processes: kill -9, a Postgres restart, many relays, a hung relay.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_crash_safety.py``.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,9 @@
 
 Relays run as real processes (``outbox relay``) against the fake Bot API in this process, so
 the fake's request timestamps show when each attempt really reached "Telegram".
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_delivery_faults.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,10 @@
 """What ``enqueue`` accepts: a payload Telegram could send and PostgreSQL can store, or a clear
 ``InvalidPayload``; never a driver error, never a row half written. A property test feeds it
-random payloads and keys against the real database."""
+random payloads and keys against the real database.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/unit/test_enqueue_input.py``.
+"""
 
 from __future__ import annotations
 

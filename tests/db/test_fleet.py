@@ -1,5 +1,9 @@
 """A fleet of relays: Telegram's limits and flood pause shared through PostgreSQL, queues per
-bot. Relays are real processes; Telegram is the fake Bot API, enforcing its limits where said."""
+bot. Relays are real processes; Telegram is the fake Bot API, enforcing its limits where said.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_fleet.py``.
+"""
 
 from __future__ import annotations
 

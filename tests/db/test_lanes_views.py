@@ -1,6 +1,10 @@
 """The lanes as an operator sees them: ``outbox list`` (its columns, --priority, --json),
 ``outbox status`` (its lines and --json) and the page's overview; and that an outbox without
-lanes shows none of it, as before."""
+lanes shows none of it, as before.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/unit/test_lanes_views.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,10 @@
 """Many bots, one fleet: relays started with ``--tokens-dir`` serve every bot of the folder,
 each row by its own bot, each bot within its own limits and flood pause. Relays are real
-processes; Telegram is the fake Bot API, which keeps its limits per bot."""
+processes; Telegram is the fake Bot API, which keeps its limits per bot.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_many_bots.py``.
+"""
 
 from __future__ import annotations
 

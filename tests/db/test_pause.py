@@ -1,7 +1,11 @@
 """Pauses kept in the database: a paused queue, bot, kind or batch is claimed by no relay,
 across restarts, and its rows go out once when it is resumed. Relays run in this process
 against the fake Bot API; a drain ends when nothing unpaused is left, so "nothing sent while
-paused" is what a finished drain shows, not a sleep."""
+paused" is what a finished drain shows, not a sleep.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_pause.py``.
+"""
 
 from __future__ import annotations
 

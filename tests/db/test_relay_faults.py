@@ -1,6 +1,10 @@
 """Faults of the relay's hot path, each reproduced: reconnects, shutdown, lost and refused
 writes, a dead writer, a cut-off claim check, a lease shorter than a send, start-up patience,
-and a schema from another version."""
+and a schema from another version.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_relay_faults.py``.
+"""
 
 from __future__ import annotations
 

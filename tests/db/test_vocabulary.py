@@ -1,4 +1,8 @@
-"""The one table of names: it covers the table, and rows are read by name, not by position."""
+"""The one table of names: it covers the table, and rows are read by name, not by position.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/unit/test_vocabulary.py``.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@ security headers; sign-in throttled; the session cookie Secure behind a TLS prox
 
 Most run the application in the test's process (tests/support/webapp.py); the proxy setting is also
 tried through ``outbox web`` itself, where the flag and its environment twin are read.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``tests/e2e/test_web_hostile.py``, ``tests/unit/test_web_hostile.py``.
 """
 
 from __future__ import annotations

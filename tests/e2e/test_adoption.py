@@ -3,6 +3,9 @@
 Real ``alembic`` commands in processes of their own, run from the host's folder (which has a
 ``migrations/`` folder of its own), the host's own code enqueueing in its transactions, and
 relay processes sending through the fake Bot API.
+
+Here the e2e tier's tests (processes); the others are in ``tests/db/test_adoption.py``,
+``tests/unit/test_adoption.py``.
 """
 
 from __future__ import annotations
@@ -29,14 +32,14 @@ from outbox.db import create_engine
 from outbox.migrate import include_object
 from outbox.schema import SCHEMA_REVISION
 from outbox_testing.fake_telegram import FakeTelegram, Fault
-from tests.support import TEST_TOKEN, Relays, relay_env
+from tests.support import ROOT, TEST_TOKEN, Relays, relay_env
 from tests.support.legacy import LEGACY_ROWS, legacy_database, snapshot, versions
 
 # The newest revision of the vazifalar domain's own history.
 DOMAIN_HEAD = ScriptDirectory(
     str(importlib.resources.files("reminders.migrations"))
 ).get_current_head()
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "hostapp"
+EXAMPLE = ROOT / "examples" / "hostapp"
 INCLUDED = "alembic_included.ini"
 CHECK_OK = "No new upgrade operations detected."
 SCHEMA_SETTING = "--schema or OUTBOX_SCHEMA"

@@ -1,5 +1,9 @@
 """The app's side: async enqueue with both drivers, payloads refused at enqueue, the operator
-functions from Python, and the commands' answers to a missing or secret-bearing database URL."""
+functions from Python, and the commands' answers to a missing or secret-bearing database URL.
+
+Here the e2e tier's tests (processes); the others are in ``tests/db/test_app_api.py``,
+``tests/unit/test_app_api.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Crash safety with real processes: kill -9, a Postgres restart, many relays, a hung relay."""
+"""Crash safety with real processes: kill -9, a Postgres restart, many relays, a hung relay.
+
+Here the e2e tier's tests (processes); the others are in ``tests/db/test_crash_safety.py``.
+"""
 
 from __future__ import annotations
 

@@ -2,6 +2,8 @@
 
 Relays run as real processes (``outbox relay``) against the fake Bot API in this process, so
 the fake's request timestamps show when each attempt really reached "Telegram".
+
+Here the e2e tier's tests (processes); the others are in ``tests/db/test_delivery_faults.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """The deployment files of deploy/, each checked by the tool that reads it: systemd-analyze
 for the units, promtool for the alert rules and their unit tests, docker-compose for the
-compose file; the dashboard and the rules against the metrics a running relay exports."""
+compose file; the dashboard and the rules against the metrics a running relay exports.
+
+Here the e2e tier's tests (processes); the others are in ``tests/unit/test_deploy.py``.
+"""
 
 from __future__ import annotations
 

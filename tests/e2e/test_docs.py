@@ -8,6 +8,8 @@ PATH. A ``python no-run`` or ``sh no-run`` block is one that cannot run here (a 
 systemd, a fragment of someone's env.py); ``text``, ``ini``, ``yaml`` and ``json`` blocks are
 drawings and configuration, not commands. Any other block, one without an info string
 included, fails the test: a page cannot hold a command that nobody checks.
+
+Here the e2e tier's tests (processes); the others are in ``tests/unit/test_docs.py``.
 """
 
 from __future__ import annotations

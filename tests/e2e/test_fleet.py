@@ -1,5 +1,8 @@
 """A fleet of relays: Telegram's limits and flood pause shared through PostgreSQL, queues per
-bot. Relays are real processes; Telegram is the fake Bot API, enforcing its limits where said."""
+bot. Relays are real processes; Telegram is the fake Bot API, enforcing its limits where said.
+
+Here the e2e tier's tests (processes); the others are in ``tests/db/test_fleet.py``.
+"""
 
 from __future__ import annotations
 

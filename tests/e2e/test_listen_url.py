@@ -1,6 +1,9 @@
 """LISTEN beside PgBouncer: claims and writes through the pooler, the wake-ups on a direct
 connection of their own (``--listen-database-url``). Runs through the distribution's pgbouncer
-(tests/support/pgbouncer.py); without it the PgBouncer test skips and says so."""
+(tests/support/pgbouncer.py); without it the PgBouncer test skips and says so.
+
+Here the e2e tier's tests (processes); the others are in ``tests/unit/test_listen_url.py``.
+"""
 
 from __future__ import annotations
 

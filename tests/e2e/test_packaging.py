@@ -1,5 +1,8 @@
 """The wheel itself, built from a copy of the repository as ``pip wheel`` builds it: it holds the
-packages and no test module (reminders/tests stays out, though it sits inside reminders/)."""
+packages and no test module (reminders/tests stays out, though it sits inside reminders/).
+
+Here the e2e tier's tests (processes); the others are in ``tests/unit/test_packaging.py``.
+"""
 
 from __future__ import annotations
 

@@ -4,6 +4,8 @@
 every lock the relay relies on lasts one transaction; relays of one bot still keep its limits
 and its flood pause together, through the database. These tests run it through the
 distribution's pgbouncer (tests/support/pgbouncer.py); without it they skip and say so.
+
+Here the e2e tier's tests (processes); the others are in ``tests/unit/test_pgbouncer.py``.
 """
 
 from __future__ import annotations

@@ -4,6 +4,8 @@ Rows written by plain SQL beside good rows, through real relay processes and the
 the relay stays up, the bad row ends in a clear state, every good row goes out once. Most of
 these rows are refused by the table since migration outbox_0002; the relay is tested without
 those constraints too, since a table migrated earlier, or altered by hand, may hold them.
+
+Here the e2e tier's tests (processes); the others are in ``tests/db/test_poison_rows.py``.
 """
 
 from __future__ import annotations

@@ -1,6 +1,9 @@
 """Faults of the relay's hot path, each reproduced: reconnects, shutdown, lost and refused
 writes, a dead writer, a cut-off claim check, a lease shorter than a send, start-up patience,
-and a schema from another version."""
+and a schema from another version.
+
+Here the e2e tier's tests (processes); the others are in ``tests/db/test_relay_faults.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The operator's page over plain HTTP: what it shows, what it refuses, what its actions leave.
 
 The browser tests (test_web_browser.py) cover the same page as a person uses it.
+
+Here the e2e tier's tests (processes); the others are in ``tests/unit/test_web.py``.
 """
 
 from __future__ import annotations

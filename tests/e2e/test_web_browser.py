@@ -4,6 +4,8 @@ Chromium and its driver come from the distribution (``apt-get install chromium
 chromium-driver``; ``.ci/run`` installs them); selenium drives them. Without them these tests
 skip and say why. ``OUTBOX_SCREENSHOTS=1`` also writes docs/web-desktop.png and
 docs/web-phone.png (the pictures of docs/web.md).
+
+Here the e2e tier's tests (processes); the others are in ``tests/unit/test_web_browser.py``.
 """
 
 from __future__ import annotations
@@ -19,10 +21,10 @@ import pytest
 import sqlalchemy as sa
 
 from outbox_testing.fake_telegram import FakeTelegram
-from tests.support import Relays, free_port, row
+from tests.support import ROOT, Relays, free_port, row
 from tests.support.webpage import add_message, chromium, running_web
 
-DOCS = Path(__file__).resolve().parents[1] / "docs"
+DOCS = ROOT / "docs"
 WAIT = 30.0  # seconds a condition may take to show on the page
 SCRIPT_TITLE = "<script>window.pwned = true</script> Sut olish"
 

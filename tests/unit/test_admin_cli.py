@@ -1,4 +1,7 @@
-"""Operator commands: mistakes get one line and a documented exit code; replay beside relays."""
+"""Operator commands: mistakes get one line and a documented exit code; replay beside relays.
+
+Here the unit tier's tests (no database); the others are in ``tests/db/test_admin_cli.py``.
+"""
 
 from __future__ import annotations
 

@@ -3,6 +3,9 @@
 Real ``alembic`` commands in processes of their own, run from the host's folder (which has a
 ``migrations/`` folder of its own), the host's own code enqueueing in its transactions, and
 relay processes sending through the fake Bot API.
+
+Here the unit tier's tests (no database); the others are in ``tests/db/test_adoption.py``,
+``tests/e2e/test_adoption.py``.
 """
 
 from __future__ import annotations

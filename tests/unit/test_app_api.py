@@ -1,5 +1,9 @@
 """The app's side: async enqueue with both drivers, payloads refused at enqueue, the operator
-functions from Python, and the commands' answers to a missing or secret-bearing database URL."""
+functions from Python, and the commands' answers to a missing or secret-bearing database URL.
+
+Here the unit tier's tests (no database); the others are in ``tests/db/test_app_api.py``,
+``tests/e2e/test_app_api.py``.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ pile up rows due before this queue's: the claim must still read its own batch on
 completion probe each row by its primary key. The plans are read with EXPLAIN ANALYZE (rows
 read and discarded), never timed. Also: revision outbox_0012 swaps the indexes without losing a
 row, both ways.
+
+Here the unit tier's tests (no database); the others are in ``tests/db/test_claim_indexes.py``.
 """
 
 from __future__ import annotations

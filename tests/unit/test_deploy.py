@@ -1,6 +1,9 @@
 """The deployment files of deploy/, each checked by the tool that reads it: systemd-analyze
 for the units, promtool for the alert rules and their unit tests, docker-compose for the
-compose file; the dashboard and the rules against the metrics a running relay exports."""
+compose file; the dashboard and the rules against the metrics a running relay exports.
+
+Here the unit tier's tests (no database); the others are in ``tests/e2e/test_deploy.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,8 @@
 """``/healthz`` and ``/readyz`` of a relay: they follow its database (a private PostgreSQL,
-stopped and started) and its token; the rules themselves as a unit."""
+stopped and started) and its token; the rules themselves as a unit.
+
+Here the unit tier's tests (no database); the others are in ``tests/e2e/test_health.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,7 @@
-"""Logs a log system can read (``--log-format json``) and progress lines on a terminal."""
+"""Logs a log system can read (``--log-format json``) and progress lines on a terminal.
+
+Here the unit tier's tests (no database); the others are in ``tests/e2e/test_logs_progress.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,9 @@
 """The wheel's hand-kept package list against the folders in the repository: every folder of
 the packages is listed, except the tests of the vazifalar domain (reminders/tests), which the
-wheel never ships; tests/e2e/test_packaging.py builds the wheel and looks inside."""
+wheel never ships; tests/e2e/test_packaging.py builds the wheel and looks inside.
+
+Here the unit tier's tests (no database); the others are in ``tests/e2e/test_packaging.py``.
+"""
 
 from __future__ import annotations
 

@@ -5,6 +5,8 @@ Two ways to get there, both from the field: a read-only database (a relay left o
 after a failover) and PostgreSQL stopped behind PgBouncer (PgBouncer still takes the login, the
 first statement fails). Reconnects are counted by the server (``pg_stat_database.sessions``)
 or by PgBouncer's log, not by the relay's own word.
+
+Here the unit tier's tests (no database); the others are in ``tests/e2e/test_relay_outage.py``.
 """
 
 from __future__ import annotations

@@ -1,4 +1,7 @@
-"""The one table of names: it covers the table, and rows are read by name, not by position."""
+"""The one table of names: it covers the table, and rows are read by name, not by position.
+
+Here the unit tier's tests (no database); the others are in ``tests/db/test_vocabulary.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,6 +1,8 @@
 """The operator's page over plain HTTP: what it shows, what it refuses, what its actions leave.
 
 The browser tests (test_web_browser.py) cover the same page as a person uses it.
+
+Here the unit tier's tests (no database); the others are in ``tests/e2e/test_web.py``.
 """
 
 from __future__ import annotations

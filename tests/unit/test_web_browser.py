@@ -4,6 +4,8 @@ Chromium and its driver come from the distribution (``apt-get install chromium
 chromium-driver``; ``.ci/run`` installs them); selenium drives them. Without them these tests
 skip and say why. ``OUTBOX_SCREENSHOTS=1`` also writes docs/web-desktop.png and
 docs/web-phone.png (the pictures of docs/web.md).
+
+Here the unit tier's tests (no database); the others are in ``tests/e2e/test_web_browser.py``.
 """
 
 from __future__ import annotations

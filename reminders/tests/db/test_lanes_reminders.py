@@ -1,5 +1,9 @@
 """The vazifalar bot's lanes: replies above reminders, reminders above bulk; a reminder before
-the due time may go a little early and expires at the due time; the at-due one does neither."""
+the due time may go a little early and expires at the due time; the at-due one does neither.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``reminders/tests/unit/test_lanes_reminders.py``.
+"""
 
 from __future__ import annotations
 

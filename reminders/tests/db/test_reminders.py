@@ -1,4 +1,8 @@
-"""The vazifalar service and its reminder messages, against a real PostgreSQL."""
+"""The vazifalar service and its reminder messages, against a real PostgreSQL.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``reminders/tests/unit/test_reminders.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The ``reminders`` command line, in-process and as the installed script."""
+"""The ``reminders`` command line, in-process and as the installed script.
+
+Here the db tier's tests (PostgreSQL, in the test's process); the others are in
+``reminders/tests/e2e/test_reminders_cli.py``, ``reminders/tests/unit/test_reminders_cli.py``.
+"""
 
 from __future__ import annotations
 

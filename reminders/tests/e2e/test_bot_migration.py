@@ -1,5 +1,9 @@
 """The domain's revisions go down and up again; its trigger acts on relay outcomes only, and
-(since reminders_0003) on the failure's code, not its wording."""
+(since reminders_0003) on the failure's code, not its wording.
+
+Here the e2e tier's tests (processes); the others are in
+``reminders/tests/db/test_bot_migration.py``.
+"""
 
 from __future__ import annotations
 

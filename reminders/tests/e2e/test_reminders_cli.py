@@ -1,5 +1,9 @@
 """The ``reminders`` command line as the installed script and as ``python -m reminders``, in
-processes of their own."""
+processes of their own.
+
+Here the e2e tier's tests (processes); the others are in
+``reminders/tests/db/test_reminders_cli.py``, ``reminders/tests/unit/test_reminders_cli.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,5 +1,9 @@
 """The vazifalar bot's lanes: replies above reminders, reminders above bulk; a reminder before
-the due time may go a little early and expires at the due time; the at-due one does neither."""
+the due time may go a little early and expires at the due time; the at-due one does neither.
+
+Here the unit tier's tests (no database); the others are in
+``reminders/tests/db/test_lanes_reminders.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The vazifalar service and its reminder messages, against a real PostgreSQL."""
+"""The vazifalar service and its reminder messages, against a real PostgreSQL.
+
+Here the unit tier's tests (no database); the others are in
+``reminders/tests/db/test_reminders.py``.
+"""
 
 from __future__ import annotations
 

@@ -1,4 +1,8 @@
-"""The ``reminders`` command line, in-process and as the installed script."""
+"""The ``reminders`` command line, in-process and as the installed script.
+
+Here the unit tier's tests (no database); the others are in
+``reminders/tests/db/test_reminders_cli.py``, ``reminders/tests/e2e/test_reminders_cli.py``.
+"""
 
 from __future__ import annotations
 
