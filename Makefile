@@ -21,9 +21,13 @@ $(STAMP): pyproject.toml
 demo: $(STAMP)
 	$(BIN)/reminders demo
 
+# The test tiers, a folder each: the outbox's and the vazifalar domain's tests.
+UNIT := tests/unit reminders/tests/unit
+DB := tests/db reminders/tests/db
+
 # The everyday loop: lint, types, the unit and database tiers.
 check: $(STAMP) lint typecheck
-	$(PYTEST) -m "unit or db"
+	$(PYTEST) $(UNIT) $(DB)
 
 # The whole suite: lint, types, every tier (end-to-end too: processes, kill -9, Alembic,
 # PgBouncer, a browser). Before a push, and in CI.
@@ -32,11 +36,11 @@ test: $(STAMP) lint typecheck
 
 # The tests that need no database, in seconds.
 unit: $(STAMP)
-	$(BIN)/pytest -m unit
+	$(BIN)/pytest $(UNIT)
 
 lint: $(STAMP)
-	$(BIN)/ruff check outbox outbox_testing reminders migrations tests bench examples deploy
-	$(BIN)/ruff format --check outbox outbox_testing reminders migrations tests bench examples deploy
+	$(BIN)/ruff check outbox outbox_testing reminders migrations tests bench examples deploy conftest.py
+	$(BIN)/ruff format --check outbox outbox_testing reminders migrations tests bench examples deploy conftest.py
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -166,7 +166,7 @@ def _behind_pgbouncer(
     """The app and the relay through the distribution's PgBouncer (transaction pooling):
     ``--poll-only``, then LISTEN on a direct URL of its own (``--listen-database-url``)."""
     # The test suite's PgBouncer helpers: one way to run it, for the tests and the bench.
-    from tests.pgbouncer import PgBouncer, pgbouncer_binary
+    from tests.support.pgbouncer import PgBouncer, pgbouncer_binary
 
     binary = pgbouncer_binary()
     if binary is None:
