@@ -187,7 +187,6 @@ async def claim_due(
         "chat_on": bool(limits.chat_gap or limits.group_gap),
     }
     reserve = 1 + limit // RESERVED_SHARE
-    # A pipeline: BEGIN goes with claim_rows, COMMIT with claim_take (two round trips).
     async with conn.transaction():
         found = await sql.fetch(
             conn,

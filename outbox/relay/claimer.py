@@ -194,6 +194,9 @@ class Claimer:
         self._stopping = stopping  # set by stop(): no new claims, and so no new sends
         self._wakeup = wakeup  # set by whoever makes work
         self._turn = 0
+        # Bots whose last claim came back full: they have due work still, so the next round
+        # claims for them without asking the database when (a round trip a claim on a backlog).
+        self._full: set[str] = set()
         self._next_look = 0.0
 
     def stop(self) -> None:
@@ -233,7 +236,12 @@ class Claimer:
             return False, math.inf, True
         if not self.lanes.in_flight:
             await self._completer.write_pending()  # retries written now count for the timing
-        timings = await self._timings(serving)
+        if all(lane.bot in self._full for lane in serving):
+            timings: dict[str, queries.QueueTiming] | None = {
+                lane.bot: _UNKNOWN for lane in serving
+            }
+        else:
+            timings = await self._timings(serving)
         self._turn = (self._turn + 1) % len(serving)
         again, wait, idle = False, math.inf, True
         for lane in serving[self._turn :] + serving[: self._turn]:
@@ -256,6 +264,7 @@ class Claimer:
         """Claim for one lane if it has due work: whether it got rows, how long to wait
         otherwise, and whether the lane has no work."""
         claim, pool = lane.claim, lane.pool
+        self._full.discard(lane.bot)
         due_in = claim.settle(timing, deferred_until=pool.deferred_until)
         now = asyncio.get_running_loop().time()
         idle = not pool.in_flight and pool.deferred_until + DEFER_SLACK <= now
@@ -273,6 +282,8 @@ class Claimer:
             return False, plan.wait, False  # paused, or no free slot (a freed one wakes us)
         rows = await claim.claim(want)
         pool.start(rows, asyncio.get_running_loop().time())
+        if len(rows) >= want:
+            self._full.add(lane.bot)
         if rows:
             claim.took()
             return True, math.inf, False
