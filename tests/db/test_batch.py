@@ -162,12 +162,17 @@ def test_cancel_of_a_batch_mid_send_keeps_what_went_and_replays_the_rest(
         left = counts(engine, "partiya = 'campaign-7'")
         return left["kutmoqda"] + left["bajarilmoqda"] == 0
 
+    def cancel() -> int:
+        with engine.begin() as conn:
+            return cancel_batch(conn, "campaign-7")
+
     async def scenario() -> int:
         async with make_relay(db_url, fake_telegram, rate_limits=limits) as relay:
             runner = asyncio.create_task(relay.run())
             await eventually(lambda: sent() >= 5, 30, "the first sends")
-            with engine.begin() as conn:
-                cancelled = cancel_batch(conn, "campaign-7")
+            # Off the event loop, as an app's request handler runs: the relay's claim holds
+            # row locks across its awaits, and a blocking write on the loop would wait for them.
+            cancelled = await asyncio.to_thread(cancel)
             await eventually(settled, 30, "the batch to settle")
             relay.stop()
             await runner
