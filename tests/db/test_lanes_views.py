@@ -308,25 +308,6 @@ def test_the_pages_overview_shows_the_lanes(
         assert "xato rows that expired unsent" in answer.body
 
 
-def message(**fields: object) -> queries.Message:
-    base: dict[str, object] = {
-        "id": 1,
-        "kind": "eslatma",
-        "key": "k",
-        "payload": {},
-        "state": State.PENDING,
-        "attempts": 0,
-        "next_attempt_at": datetime.fromisoformat("2030-01-01T09:00:00+00:00"),
-        "claimed_at": None,
-        "last_error": None,
-        "history": [],
-        "created_at": None,
-        "updated_at": None,
-        "marker": None,
-    }
-    return queries.Message(**{**base, **fields})  # type: ignore[arg-type]
-
-
 def fail(engine: sa.Engine, key: str, chat: int, priority: int = 0) -> None:
     add(engine, key, chat, priority=priority)
     with engine.begin() as conn:

@@ -7,21 +7,11 @@ Here the unit tier's tests (no database); the others are in ``tests/db/test_lane
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import datetime, timedelta
-
-import pytest
 
 from outbox import queries
 from outbox.ops.views.message import window_of
 from outbox.states import State
-from tests.support.webapp import LocalPage, local_page
-
-
-@pytest.fixture
-def page(db_url: str) -> Iterator[LocalPage]:
-    with local_page(db_url) as local:
-        yield local
 
 
 def message(**fields: object) -> queries.Message:
