@@ -1,6 +1,7 @@
-r"""Every SQL statement the outbox issues, each named by what it does.
-
-Nothing else in the package writes SQL. The statements live here in modules by caller:
+r"""The typed Python face of the outbox's SQL, in modules by caller. The relay's, the CLI's
+and the page's statements are named queries in ``outbox/sql/*.sql`` run by ``outbox.sql``'s
+psycopg executor; the app's enqueue family (``app``, ``batch.enqueue_many``) still writes its
+statements here, run on the host's SQLAlchemy session:
 
 * ``app``: what the host app runs inside its own transaction (enqueue, cancel, update_pending);
 * ``claim``: the relay's claim (priorities, windows, expiry, send slots, chats' spacing);
@@ -15,7 +16,7 @@ Nothing else in the package writes SQL. The statements live here in modules by c
 * ``batch``: batches (broadcasts): the bulk enqueue, a batch's progress and its cancel;
 * ``_common``: tables named per schema, the runners, operations, the schema's own facts.
 
-The operator's statements are named queries of ``outbox/sql`` run by ``Operation``\ s.
+The operator's statements are run by ``Operation``\ s, written once for every connection.
 
 Callers import from here (``from outbox import queries``; ``queries.claim_due(...)``), not
 from the modules. Times that decide behaviour come from the database clock (``now()``), so

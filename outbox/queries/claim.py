@@ -251,7 +251,3 @@ def _claimed(r: Sequence[Any]) -> ClaimedRow:
         r[0], r[1], r[2], read_json(r[3]), r[4], r[5], r[6], r[7], r[8],
         None if original is None else read_json(original), r[10], r[11],
     )  # fmt: skip
-
-
-# The bot condition of the relay's timing query (queries/timing.py).
-_BOT_ROWS = {True: "AND bot = %(bot)s", False: "AND (bot IS NULL OR bot = %(bot)s)"}

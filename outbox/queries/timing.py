@@ -8,10 +8,8 @@ from typing import NamedTuple
 
 from outbox import sql
 from outbox.queries._common import AsyncConn
+from outbox.queries.claim import PLAN_ROWS  # the windowed rows ahead, as the claim plans them
 from outbox.ratelimit import MAX_FLOOD_PAUSE
-
-# The windowed rows ahead that the timing plans, as the claim's plan does.
-PLAN_ROWS = 5000
 
 
 class QueueTiming(NamedTuple):

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from importlib import resources
 from typing import Any
 
@@ -60,12 +60,6 @@ _TOKEN = re.compile(
 )
 
 
-# A :parameter outside strings, quoted names and casts (the text is already comment-free).
-_PARAM = re.compile(
-    r"""(?P<string>'(?:[^']|'')*')|(?P<ident>"(?:[^"]|"")*")|(?P<cast>::)|:(?P<param>[A-Za-z_]\w*)"""
-)
-
-
 @functools.cache
 def _queries() -> dict[str, str]:
     """Every named query of the folder's .sql files, as written."""
@@ -94,8 +88,15 @@ def source(name: str) -> str:
         raise KeyError(f"no query named {name!r} in outbox/sql") from None
 
 
-def _rewrite(text: str, schema: str, *, psycopg_style: bool) -> str:
-    """``text`` ready to send: tables qualified, comments gone, placeholders as asked."""
+def _rewrite(
+    text: str,
+    schema: str,
+    *,
+    placeholder: Callable[[str], str] = lambda name: f":{name}",
+    double_percent: bool = False,
+) -> str:
+    """``text`` ready to send: tables qualified, comments gone, each ``:name`` written as
+    ``placeholder`` makes it, ``%`` doubled where psycopg reads the text for placeholders."""
     qualified = f'"{schema}".'
 
     def token(match: re.Match[str]) -> str:
@@ -104,8 +105,8 @@ def _rewrite(text: str, schema: str, *, psycopg_style: bool) -> str:
         if kind == "comment":
             return ""
         if kind == "param":
-            return f"%({match.group('param')})s" if psycopg_style else text
-        if kind in ("percent", "string") and psycopg_style:
+            return placeholder(match.group("param"))
+        if kind in ("percent", "string") and double_percent:
             return text.replace("%", "%%")
         if kind == "word" and text in TABLES:
             return qualified + text
@@ -119,7 +120,7 @@ def _rewrite(text: str, schema: str, *, psycopg_style: bool) -> str:
 @functools.cache
 def sql(name: str, schema: str) -> str:
     """The named query for psycopg (``%(name)s`` placeholders), its tables in ``schema``."""
-    return _rewrite(source(name), schema, psycopg_style=True)
+    return _rewrite(source(name), schema, placeholder=lambda n: f"%({n})s", double_percent=True)
 
 
 @functools.cache
@@ -129,22 +130,18 @@ def numbered(name: str, schema: str) -> tuple[str, tuple[str, ...]]:
     ``%(name)s`` statements over 4 KiB on every execution)."""
     names: list[str] = []
 
-    def number(match: re.Match[str]) -> str:
-        name = match.group("param")
+    def number(name: str) -> str:
         if name not in names:
             names.append(name)
         return f"${names.index(name) + 1}"
 
-    text = _rewrite(source(name), schema, psycopg_style=False)
-    return _PARAM.sub(lambda m: number(m) if m.lastgroup == "param" else m.group(0), text), tuple(
-        names
-    )
+    return _rewrite(source(name), schema, placeholder=number), tuple(names)
 
 
 @functools.cache
 def sa_sql(name: str, schema: str) -> sa.TextClause:
     """The named query as SQLAlchemy ``text()`` (``:name`` placeholders), for the app's session."""
-    return sa.text(_rewrite(source(name), schema, psycopg_style=False))
+    return sa.text(_rewrite(source(name), schema))
 
 
 # --- the executor -------------------------------------------------------------------------------

@@ -41,17 +41,17 @@ def test_no_claim_statement_is_over_8_kb_as_sent() -> None:
 
 def test_tables_are_qualified_and_placeholders_made_psycopgs() -> None:
     source = "SELECT o.id, 'outbox 5%' -- outbox\nFROM outbox o WHERE o.id = :id::bigint"
-    assert sql._rewrite(source, "t", psycopg_style=True) == (
+    assert sql._rewrite(source, "t", placeholder=lambda n: f"%({n})s", double_percent=True) == (
         "SELECT o.id, 'outbox 5%%'\nFROM \"t\".outbox o WHERE o.id = %(id)s::bigint"
     )
-    assert sql._rewrite(source, "t", psycopg_style=False) == (
+    assert sql._rewrite(source, "t") == (
         "SELECT o.id, 'outbox 5%'\nFROM \"t\".outbox o WHERE o.id = :id::bigint"
     )
 
 
 def test_a_column_or_alias_named_like_a_table_is_left_alone() -> None:
     source = 'SELECT x.outbox, "pauza", pauza_tugashi FROM pauza p'
-    assert sql._rewrite(source, "s", psycopg_style=True) == (
+    assert sql._rewrite(source, "s", placeholder=lambda n: f"%({n})s", double_percent=True) == (
         'SELECT x.outbox, "pauza", pauza_tugashi FROM "s".pauza p'
     )
 
