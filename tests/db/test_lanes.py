@@ -293,11 +293,10 @@ def test_a_relay_wakes_when_the_plan_says_a_peak_must_start(engine: sa.Engine, d
     assert alone is not None and alone > 30
 
 
-def test_a_priority_new_to_the_connection_is_claimed_in_its_place(
+def test_a_priority_that_appears_between_claims_is_taken_first(
     engine: sa.Engine, db_url: str
 ) -> None:
-    # A connection's claims walk the priorities its last claim found pending; one that comes
-    # later (a reply during a broadcast) is still taken first, and then walked like the rest.
+    # A reply enqueued during a broadcast goes before the broadcast's next message.
     for n in range(3):
         add(engine, f"bulk-{n}", 100 + n)
 
@@ -309,13 +308,16 @@ def test_a_priority_new_to_the_connection_is_claimed_in_its_place(
                 rows = await claim_due(conn, limit, schema=SCHEMA, limits=FAST)
                 return [r.key for r in sorted(rows, key=lambda r: r.wait)]
 
-            first = await once(1)  # this connection has seen priority 0 only
-            # Both older than the rest: a claim's first slot is the oldest due row's one time
-            # in RESERVED_SHARE (the starvation bound, on the bot's slot clock), and then it is
-            # the reply's too.
+            first = await once(1)
             early = await asyncio.to_thread(ago, engine, 60)
             await asyncio.to_thread(add, engine, "reply", 1, priority=10, run_at=early)
             await asyncio.to_thread(add, engine, "news", 2, priority=-5, run_at=early)
+            # One slot in RESERVED_SHARE, counted on the bot's slot clock, is the oldest row's
+            # (here "news"): the clock is set on a whole second so that the next slot is not it.
+            await conn.execute(
+                f"UPDATE {SCHEMA}.bot_holati SET keyingi_slot ="
+                " to_timestamp(ceil(extract(epoch FROM now())) + 1)"
+            )
             return [first, await once(1), await once(10)]
 
     assert asyncio.run(run()) == [["bulk-0"], ["reply"], ["bulk-1", "bulk-2", "news"]]
