@@ -66,6 +66,10 @@ _SECURITY_HEADERS = {
     "Cache-Control": "no-store",
 }
 _OPEN_PATHS = {"/login"}
+_NOT_MIGRATED = (
+    "the database's tables are not the ones this version expects, or its role may not read "
+    "them: run `outbox migrate` with this version, or check the role's grants"
+)
 
 
 @web.middleware
@@ -73,7 +77,8 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
     """Every answer leaves through here, errors included, and carries the security headers.
 
     Input the page cannot use was refused before the database (``inputs``): 400 or 404. The
-    database away: 503. Anything else is a fault of the page: logged once, a plain 500 page.
+    database away or not migrated: 503. Anything else is a fault of the page: logged once, a
+    plain 500 page.
     """
     try:
         request = _as_forwarded(request)
@@ -98,17 +103,27 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
         reason = str(err) if isinstance(err, OutboxError) else "the database did not answer"
         log.warning("web: %s", reason)
         response = error_page(request, 503, "Unavailable", reason)
-    except Exception:
-        log.exception("web: an unexpected error answering %s %s", request.method, request.path)
-        response = error_page(
-            request,
-            500,
-            "Something went wrong",
-            "The page met an error of its own; its log says what. Reload the page to see "
-            "where things stand.",
-        )
+    except Exception as err:  # noqa: BLE001 - _fault logs it, with its traceback
+        response = _fault(request, err)
     response.headers.update(_SECURITY_HEADERS)
     return response
+
+
+def _fault(request: web.Request, err: Exception) -> web.Response:
+    """An error no input explains. A table or column missing, or a grant the role lacks
+    (SQLSTATE class 42): the database is not the one this version expects, which the operator
+    fixes there: 503. Anything else is a fault of the page: logged with its traceback, 500."""
+    if isinstance(err, psycopg.ProgrammingError) and (err.sqlstate or "").startswith("42"):
+        log.warning("web: the database refused a query (%s): %s", err.sqlstate, err)
+        return error_page(request, 503, "Unavailable", _NOT_MIGRATED)
+    log.exception("web: an unexpected error answering %s %s", request.method, request.path)
+    return error_page(
+        request,
+        500,
+        "Something went wrong",
+        "The page met an error of its own; its log says what. Reload the page to see "
+        "where things stand.",
+    )
 
 
 def _as_forwarded(request: web.Request) -> web.Request:

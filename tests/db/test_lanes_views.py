@@ -26,8 +26,8 @@ from outbox.states import FailureCode, State
 from tests.support import run_cli, text
 from tests.support.webapp import LocalPage, local_page
 
-# The list's header and the status's line names of an outbox without lanes (issue 20 left them
-# as they were).
+# The list's header and the status's line names of an outbox without lanes (as they were
+# before lanes).
 PLAIN_HEADER = ["id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato"]
 
 

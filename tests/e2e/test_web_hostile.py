@@ -19,7 +19,7 @@ from tests.support.webpage import running_web
 PASSWORD = "correct horse battery"
 
 
-# --- issue 21 row 9: the session cookie behind a TLS proxy ----------------------------------------
+# --- the session cookie behind a TLS proxy -----------------------------------------------------
 
 
 def test_outbox_web_reads_the_trusted_proxy_from_its_environment(

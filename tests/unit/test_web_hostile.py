@@ -21,7 +21,7 @@ def protected(answer: LocalAnswer) -> bool:
     return all(name in answer.headers for name in HEADERS)
 
 
-# --- issue 21 row 4: no 500 for any address or form -------------------------------------------
+# --- no 500 for any address or form --------------------------------------------------------
 
 
 def test_the_database_away_is_a_503_with_the_headers() -> None:
@@ -31,7 +31,35 @@ def test_the_database_away_is_a_503_with_the_headers() -> None:
     assert protected(answer)
 
 
-# --- issue 21 row 5: sign-in throttling ---------------------------------------------------------
+def test_a_fault_of_the_page_itself_is_logged_once_and_answered_with_the_headers(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    # The last resort of the page's one error path, given a handler with a defect.
+    import asyncio
+    import logging
+
+    from aiohttp.test_utils import make_mocked_request
+
+    from outbox.web import WebConfig, build_app
+    from outbox.web.gate import answers
+
+    app = build_app(
+        WebConfig(database_url="postgresql://nobody@127.0.0.1:9/nowhere", schema="public")
+    )
+    request = make_mocked_request("GET", "/", headers={"Host": "127.0.0.1"}, app=app)
+
+    async def defect(_: object) -> None:
+        raise ZeroDivisionError("a bug")
+
+    with caplog.at_level(logging.ERROR, logger="outbox.web"):
+        answer = asyncio.run(answers(request, defect))  # type: ignore[arg-type]
+    assert answer.status == 500
+    assert all(name in answer.headers for name in HEADERS)
+    faults = [r for r in caplog.records if "unexpected error answering GET /" in r.getMessage()]
+    assert len(faults) == 1 and faults[0].exc_info is not None
+
+
+# --- sign-in throttling ----------------------------------------------------------------------
 
 
 def test_the_throttle_locks_for_longer_each_time_and_forgets_on_a_sign_in() -> None:
@@ -98,7 +126,7 @@ def test_a_client_is_an_address_or_an_ipv6_slash_64(address: str | None, key: st
     assert client_key(address) == key
 
 
-# --- issue 21 row 9: the session cookie behind a TLS proxy ----------------------------------------
+# --- the session cookie behind a TLS proxy -----------------------------------------------------
 
 
 @pytest.mark.parametrize(
