@@ -57,13 +57,15 @@ _json_scalars = st.one_of(
     st.floats(allow_nan=False, allow_infinity=False),
     st.text(max_size=20),
 )
-_json = st.recursive(
-    _json_scalars,
-    lambda inner: (
-        st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
-    ),
-    max_leaves=12,
-)
+
+
+def _json_nested(inner: st.SearchStrategy[Any]) -> st.SearchStrategy[Any]:
+    # A named function: Hypothesis reads a lambda's source to see that it recurses, and a
+    # lambda over several lines is not always found (a deprecation warning, then an error).
+    return st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=8), inner, max_size=4)
+
+
+_json = st.recursive(_json_scalars, _json_nested, max_leaves=12)
 _texts = st.one_of(
     st.text(max_size=50),
     st.text(alphabet=st.characters(codec="utf-8"), min_size=4090, max_size=4100),
