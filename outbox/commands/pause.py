@@ -9,6 +9,7 @@ batch with no rows); 3-5 the database.
 from __future__ import annotations
 
 import argparse
+import sys
 
 from outbox import ops
 from outbox.commands.common import open_database, print_json
@@ -73,6 +74,10 @@ def cmd_pauses(args: argparse.Namespace) -> int:
 
 def cmd_batch(args: argparse.Namespace) -> int:
     name = check_batch_name(args.name)
+    if args.csv and (args.json or args.cancel):
+        raise InvalidInput("--csv writes the report alone: leave out --json and --cancel")
+    if args.csv:
+        return _batch_report(args, name)
     with open_database(args) as conn:
         cancelled, progress = ops.batch(conn, name, schema=current_schema(), cancel=args.cancel)
     if progress.total == 0:
@@ -86,6 +91,17 @@ def cmd_batch(args: argparse.Namespace) -> int:
     if cancelled is not None:
         print(batch_view.cancelled_line(progress, cancelled))
     print("\n".join(batch_view.batch_lines(progress)))
+    return 0
+
+
+def _batch_report(args: argparse.Namespace, name: str) -> int:
+    with open_database(args) as conn:
+        _, progress = ops.batch(conn, name, schema=current_schema())
+        if progress.total == 0:
+            raise NotFound(f"no outbox rows in batch {name!r}")
+        sys.stdout.write(batch_view.report_csv([], header=True))
+        for page in ops.batch_report(conn, name, schema=current_schema()):
+            sys.stdout.write(batch_view.report_csv(page))
     return 0
 
 
@@ -132,4 +148,10 @@ def register(commands: Commands) -> None:
         "--cancel",
         action="store_true",
         help="cancel every waiting row of the batch (xato 'cancelled by operator', replayable)",
+    )
+    batch.add_argument(
+        "--csv",
+        action="store_true",
+        help="write a line per message still in the table, as CSV: "
+        + ", ".join(batch_view.REPORT_COLUMNS),
     )

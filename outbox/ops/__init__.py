@@ -9,8 +9,11 @@ ops.status.run_async(conn, schema=...)``), in the caller's transaction. Connecti
 
 from __future__ import annotations
 
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
+from typing import Any
 
+from outbox import sql
 from outbox.db import operator_connection as connect
 from outbox.db import operator_connection_async as connect_async
 from outbox.errors import ConfigError, InvalidInput
@@ -52,6 +55,8 @@ __all__ = [
     "Overview",
     "StatusReport",
     "batch",
+    "batch_report",
+    "batch_report_async",
     "cancel_message",
     "connect",
     "connect_async",
@@ -226,3 +231,37 @@ def batch(
         cancelled = yield from cancel_waiting.steps(schema=schema, batch=name)
     pauses = yield from list_pauses.steps(schema=schema)
     return cancelled, (yield from batch_progress.steps(name, pauses, schema=schema))
+
+
+# Rows of a batch's report handed to the caller at a time: a file of a million lines is written
+# as it is read, never held whole.
+REPORT_PAGE = 500
+
+
+def batch_report(conn: sql.SyncConn, name: str, *, schema: str) -> Iterator[list[tuple[Any, ...]]]:
+    """A line per row of batch ``name`` still in the table (``views.batch.REPORT_COLUMNS``),
+    in pages, from one statement (one snapshot) streamed from the server."""
+    page: list[tuple[Any, ...]] = []
+    params = {"partiya": check_batch_name(name)}
+    for row in sql.stream_sync(conn, "batch_report", schema=schema, params=params):
+        page.append(row)
+        if len(page) == REPORT_PAGE:
+            yield page
+            page = []
+    if page:
+        yield page
+
+
+async def batch_report_async(
+    conn: sql.AsyncConn, name: str, *, schema: str
+) -> AsyncIterator[list[tuple[Any, ...]]]:
+    """``batch_report`` on an async connection (the web page's)."""
+    page: list[tuple[Any, ...]] = []
+    params = {"partiya": check_batch_name(name)}
+    async for row in sql.stream(conn, "batch_report", schema=schema, params=params):
+        page.append(row)
+        if len(page) == REPORT_PAGE:
+            yield page
+            page = []
+    if page:
+        yield page

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from importlib import resources
 from typing import Any
 
@@ -40,6 +40,8 @@ __all__ = [
     "sa_sql",
     "source",
     "sql",
+    "stream",
+    "stream_sync",
 ]
 
 # The outbox's own tables, qualified with the schema wherever a statement names them.
@@ -194,6 +196,21 @@ async def execute(
 ) -> int:
     """Run the named query; the number of rows it touched."""
     return (await _run(conn, name, schema, params)).rowcount
+
+
+async def stream(
+    conn: AsyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> AsyncIterator[tuple[Any, ...]]:
+    """The named query's rows one by one, as the server sends them (a long report)."""
+    async for row in psycopg.AsyncRawCursor(conn).stream(*_args(name, schema, params)):
+        yield row
+
+
+def stream_sync(
+    conn: SyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
+) -> Iterator[tuple[Any, ...]]:
+    """``stream`` on a synchronous psycopg connection."""
+    yield from psycopg.RawCursor(conn).stream(*_args(name, schema, params))
 
 
 def fetch_sync(

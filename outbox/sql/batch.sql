@@ -23,3 +23,20 @@ SELECT count(*) AS total,
        now() AS now
 FROM outbox
 WHERE partiya = :partiya;
+
+-- name: batch_report
+-- A line per row of the batch still in the table (retention deletes done rows and sent
+-- markers after theirs), in id order: one statement, read as a stream, so one snapshot.
+-- A follow-up's chat is its original's; a sent row's chat and message come from its marker.
+SELECT o.kalit,
+       coalesce(y.chat_id::text, o.payload ->> 'chat_id', (
+           SELECT m.chat_id::text FROM yuborilgan m WHERE m.kalit = o.payload ->> 'message_key'
+       )) AS chat_id,
+       o.holat, o.xato_turi, o.urinish,
+       CASE WHEN o.holat = 'bajarildi' THEN coalesce(y.yuborilgan_vaqt, o.yangilangan) END
+           AS sent_at,
+       y.message_id, o.oxirgi_xato
+FROM outbox o
+LEFT JOIN yuborilgan y ON y.kalit = o.kalit AND o.holat = 'bajarildi'
+WHERE o.partiya = :partiya
+ORDER BY o.id;

@@ -33,6 +33,7 @@ from outbox.web.base import (
 from outbox.web.throttle import client_key
 
 __all__ = [
+    "SECURITY_HEADERS",
     "MalformedRequests",
     "answers",
     "form_text",
@@ -54,7 +55,7 @@ class TooManyAttempts(Exception):
 
 
 # Scripts and styles only from the page's own files; nothing may frame it.
-_SECURITY_HEADERS = {
+SECURITY_HEADERS = {
     "Content-Security-Policy": (
         "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
@@ -84,7 +85,7 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
         request = _as_forwarded(request)
         response = await _checked(request, handler, request.app[GUARD])
     except web.HTTPException as err:
-        err.headers.update(_SECURITY_HEADERS)
+        err.headers.update(SECURITY_HEADERS)
         raise
     except (InvalidInput, NotFound) as err:
         status = 404 if isinstance(err, NotFound) else 400
@@ -105,7 +106,7 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
         response = error_page(request, 503, "Unavailable", reason)
     except Exception as err:  # noqa: BLE001 - _fault logs it, with its traceback
         response = _fault(request, err)
-    response.headers.update(_SECURITY_HEADERS)
+    response.headers.update(SECURITY_HEADERS)
     return response
 
 

@@ -1,5 +1,5 @@
 """The page's pauses and batches: pause or resume a queue, a bot, a kind or a batch; a batch's
-progress; cancel a whole batch.
+progress and its report (CSV); cancel a whole batch.
 
 Every action is a POST through ``gate`` (sign-in, origin, form token), as replay and cancel
 are: pause and resume ask in the browser first (``data-confirm``, as cancel does); cancelling a
@@ -17,13 +17,13 @@ from aiohttp import web
 
 from outbox import ops
 from outbox.errors import NotFound
-from outbox.ops.views.batch import batch_lines
+from outbox.ops.views.batch import batch_lines, report_csv
 from outbox.queries import Scope
 from outbox.queries.pause import check_batch_name
 from outbox.web import inputs
 from outbox.web.app import run
 from outbox.web.base import CONFIG, render
-from outbox.web.gate import read_form
+from outbox.web.gate import SECURITY_HEADERS, read_form
 
 __all__ = ["add_routes"]
 
@@ -86,6 +86,36 @@ async def batch_page(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def batch_report(request: web.Request) -> web.StreamResponse:
+    """The batch's report as a CSV file, written as it is read from the database."""
+    name = _batch_name(request)
+    schema = request.app[CONFIG].schema
+    async with ops.connect_async(request.app[CONFIG].database_url) as conn:
+        _, progress = await ops.batch.run_async(conn, name, schema=schema)
+        if progress.total == 0:
+            raise NotFound(f"no outbox rows in batch {name!r}")
+        pages = ops.batch_report_async(conn, name, schema=schema)
+        first: list[tuple[Any, ...]] = await anext(pages, [])  # a fault before the first byte is still a page
+        response = web.StreamResponse(headers=SECURITY_HEADERS)
+        response.content_type = "text/csv"
+        response.charset = "utf-8"
+        filename = "batch-" + "".join(c if c.isalnum() or c in "-_." else "_" for c in name)
+        response.headers["Content-Disposition"] = f'attachment; filename="{filename}.csv"'
+        await response.prepare(request)
+        try:
+            await response.write(report_csv(first, header=True).encode())
+            async for page in pages:
+                await response.write(report_csv(page).encode())
+        except Exception:
+            # Half a file must not look whole: the connection is cut, the download fails.
+            log.warning("web: the report of batch %s broke off", name, exc_info=True)
+            if request.transport is not None:
+                request.transport.abort()
+            return response
+        await response.write_eof()
+    return response
+
+
 async def cancel_batch(request: web.Request) -> web.StreamResponse:
     """Two steps: the first shows what would be cancelled; the confirmation cancels it."""
     name = _batch_name(request)
@@ -103,4 +133,5 @@ def add_routes(app: web.Application) -> None:
     app.router.add_post("/pause", pause_scope)
     app.router.add_post("/resume", resume_scope)
     app.router.add_get("/batches/{name}", batch_page)
+    app.router.add_get("/batches/{name}/report.csv", batch_report)
     app.router.add_post("/batches/{name}/cancel", cancel_batch)

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import csv
+import io
 import json
 from datetime import UTC, datetime
 
@@ -26,6 +28,7 @@ from outbox.errors import InvalidInput, InvalidPayload
 from outbox.ratelimit import RateLimits
 from outbox_testing.fake_telegram import FakeTelegram
 from tests.support import eventually, make_relay, run_cli, text
+from tests.support.webapp import local_page
 
 
 @pytest.fixture(autouse=True)
@@ -262,3 +265,66 @@ def test_mistakes_get_one_line(
     code, out, err = run_cli(capsys, *argv)
     assert code == 2 and out == "", (out, err)
     assert err.count("\n") == 1 and message in err, err
+
+
+def test_the_batch_report_is_a_line_per_message_as_the_rows_and_telegram_have_it(
+    engine: sa.Engine,
+    db_url: str,
+    fake_telegram: FakeTelegram,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from outbox_testing.fake_telegram import Fault
+
+    with engine.begin() as conn:
+        enqueue_many(conn, [(f"r{n}", text(500 + n)) for n in range(1, 6)], batch="weekly")
+        # A follow-up (its chat is its original's), a key a spreadsheet would take for a
+        # formula, and a row due tomorrow.
+        follow_up = {"method": "editMessageText", "message_key": "r1", "text": "yangilandi"}
+        enqueue_many(conn, [("r1-edit", follow_up), ("=1+1", text(506))], batch="weekly")
+        enqueue(conn, key="later", payload=text(507), batch="weekly", run_at=tomorrow(conn))
+        enqueue(conn, key="elsewhere", payload=text(508))
+    fake_telegram.script(503, Fault.forbidden(), times=None)
+
+    async def drain() -> None:
+        async with make_relay(db_url, fake_telegram) as relay:
+            await relay.run(drain=True)
+
+    asyncio.run(drain())
+    code, out, err = run_cli(capsys, "batch", "weekly", "--csv")
+    assert code == 0, err
+    header, *lines = list(csv.reader(io.StringIO(out)))
+    assert header == [
+        "key", "chat_id", "holat", "error_code", "attempts", "sent_at", "message_id", "error"
+    ]  # fmt: skip
+    report = {line[0]: line for line in lines}
+    assert list(report) == ["r1", "r2", "r3", "r4", "r5", "r1-edit", "'=1+1", "later"]
+    sent = {d.chat_id: d.message_id for d in fake_telegram.delivered}
+    for n in (1, 2, 4, 5):
+        _, chat, state, code_, attempts, sent_at, message_id, error = report[f"r{n}"]
+        assert (chat, state, code_, attempts, message_id, error) == (
+            str(500 + n), "bajarildi", "", "1", str(sent[500 + n]), ""
+        )  # fmt: skip
+        assert datetime.fromisoformat(sent_at).tzinfo is not None
+    assert report["r3"][1:5] == ["503", "xato", "blocked", "1"]
+    assert report["r3"][5:7] == ["", ""] and "blocked by the user" in report["r3"][7]
+    assert report["r1-edit"][1:3] == ["501", "bajarildi"]
+    assert report["'=1+1"][1:3] == ["506", "bajarildi"]
+    assert report["later"][1:6] == ["507", "kutmoqda", "", "0", ""]
+    # The web page's batch view offers the same file.
+    with local_page(db_url) as page:
+        assert "/batches/weekly/report.csv" in page.get("/batches/weekly").body
+        answer = page.get("/batches/weekly/report.csv")
+        assert page.get("/batches/nobody/report.csv").status == 404
+    assert answer.status == 200 and answer.body == out
+    assert answer.headers["Content-Type"] == "text/csv; charset=utf-8"
+    assert answer.headers["Content-Disposition"] == 'attachment; filename="batch-weekly.csv"'
+    assert "Content-Security-Policy" in answer.headers
+    code, _, err = run_cli(capsys, "batch", "weekly", "--csv", "--json")
+    assert code == 2 and "--csv writes the report alone" in err
+    code, _, err = run_cli(capsys, "batch", "nobody", "--csv")
+    assert code == 2 and "no outbox rows in batch 'nobody'" in err
+
+
+def tomorrow(conn: sa.Connection) -> datetime:
+    moment: datetime = conn.exec_driver_sql("SELECT now() + interval '1 day'").scalar_one()
+    return moment

@@ -272,14 +272,23 @@ def test_enforce_limits_per_bot_and_group(fake: FakeTelegram) -> None:
             return exc
         return None
 
-    async def body(bot: telegram.Bot) -> tuple[list[Exception | None], list[Exception | None]]:
-        fan_out = await asyncio.gather(*(one(bot, 2000 + i) for i in range(40)))
+    Arrivals = list[tuple[float, bool]]  # when each fan-out request came, and if accepted
+
+    async def body(bot: telegram.Bot) -> tuple[Arrivals, list[Exception | None]]:
+        await asyncio.gather(*(one(bot, 2000 + i) for i in range(40)))
+        arrivals = [(r.at, r.status == 200) for r in fake.requests if r.method == "sendMessage"]
         fake.reset()  # empty the bot-wide window before testing the group limit
         group = [await one(bot, -42) for _ in range(21)]
-        return list(fan_out), group
+        return arrivals, group
 
-    fan_out, group = with_bot(fake, body)
-    assert sum(r is None for r in fan_out) == 30  # 30 messages per second per bot
+    arrivals, group = with_bot(fake, body)
+    # 30 messages in any 1 s window per bot. On a busy machine the 40 may take longer than a
+    # second to arrive, and then more than 30 are rightly accepted.
+    accepted = [at for at, ok in arrivals if ok]
+    assert len(arrivals) == 40
+    assert all(sum(t - 0.999 < u <= t for u in accepted) <= 30 for t in accepted)
+    spread = max(at for at, _ in arrivals) - min(at for at, _ in arrivals)
+    assert len(accepted) == 30 if spread < 0.999 else len(accepted) >= 30
     assert group[:20] == [None] * 20  # 20 messages per minute per group
     assert isinstance(group[20], error.RetryAfter) and retry_seconds(group[20]) > 1
     assert fake.stats()["rejected_429"] == 1

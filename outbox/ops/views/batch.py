@@ -2,13 +2,30 @@
 
 from __future__ import annotations
 
+import csv
+import io
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from outbox.ops.views._text import figures, iso, when
 from outbox.ops.views.pause import pause_json, pause_text
 from outbox.queries import BatchProgress
 
-__all__ = ["batch_json", "batch_lines", "cancelled_line"]
+__all__ = ["REPORT_COLUMNS", "batch_json", "batch_lines", "cancelled_line", "report_csv"]
+
+# The batch report's columns, in the order of the batch_report query's.
+REPORT_COLUMNS = (
+    "key",
+    "chat_id",
+    "holat",
+    "error_code",
+    "attempts",
+    "sent_at",
+    "message_id",
+    "error",
+)
+# A spreadsheet reads a cell that starts with one of these as a formula.
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r")
 
 
 def batch_json(b: BatchProgress) -> dict[str, Any]:
@@ -65,3 +82,30 @@ def cancelled_line(b: BatchProgress, cancelled: int) -> str:
         f"operator'; `outbox replay --all-failed` or the web page sends them again); "
         f"{b.sending} being sent now finish"
     )
+
+
+def _cell(value: Any) -> str:
+    if value is None:
+        return ""
+    text = value.isoformat() if hasattr(value, "isoformat") else str(value)
+    if text.startswith(_FORMULA_START) and not _is_number(text):
+        return "'" + text  # a key or an error is text, never a formula (a chat id may be -100…)
+    return text
+
+
+def _is_number(text: str) -> bool:
+    try:
+        int(text)
+    except ValueError:
+        return False
+    return True
+
+
+def report_csv(rows: Iterable[Sequence[Any]], *, header: bool = False) -> str:
+    """Lines of the batch report as CSV text (with the header line first if ``header``)."""
+    buffer = io.StringIO()
+    writer = csv.writer(buffer, lineterminator="\n")
+    if header:
+        writer.writerow(REPORT_COLUMNS)
+    writer.writerows([_cell(v) for v in row] for row in rows)
+    return buffer.getvalue()
