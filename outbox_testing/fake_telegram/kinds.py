@@ -22,7 +22,7 @@ from aiohttp import web
 from telegram import InlineKeyboardMarkup, LinkPreviewOptions, MessageEntity, ReplyParameters
 
 from .checks import _parse_chat_id, parse_html
-from .people import _NOT_MODIFIED, _chat, _People
+from .people import _NOT_MODIFIED, _chat, _flag, _People
 from .records import Acted, Delivered, Fault
 from .wire import _error, _ok
 
@@ -154,7 +154,7 @@ class _KindsSide:
     rejected_429: int
     _next_message_id: Callable[[int], int]
     _take_fault: Callable[[int], Fault | None]
-    _admit: Callable[[int, int], int]
+    _admit: Callable[[int, int, bool], int]
     _bot_user: Callable[[str, bool], dict[str, Any]]
 
     @property
@@ -182,9 +182,10 @@ class _KindsSide:
         except (TypeError, ValueError, KeyError) as err:  # PTB's classes refusing an object
             return _error(400, f"Bad Request: can't parse JSON object: {type(err).__name__}")
         if self.enforce_limits:
+            paid = _flag(params.get("allow_paid_broadcast"))
             with self._lock:
                 for _ in items:  # an album's items count one by one, as Telegram counts them
-                    wait = self._admit(int(token.split(":", 1)[0]), chat_id)
+                    wait = self._admit(int(token.split(":", 1)[0]), chat_id, paid)
                     if wait:
                         return _error(
                             429, f"Too Many Requests: retry after {wait}", {"retry_after": wait}

@@ -23,7 +23,7 @@ from .checks import TOKEN_RE, _bot_id, _check_send, _parse_chat_id, _read_markup
 from .control import _Control
 from .kinds import FOLLOW_UP_METHODS, SEND_METHODS, _KindsSide
 from .limits import _Limiter
-from .people import _chat, _People, _PeopleSide
+from .people import _chat, _flag, _People, _PeopleSide
 from .records import Acted, Delivered, Fault, RequestRecord
 from .wire import _error, _json_response, _read_params
 
@@ -142,10 +142,10 @@ class FakeTelegram(_KindsSide, _PeopleSide):
         with self._lock:
             self._scripts.setdefault(chat_id, deque()).append(_Entry(fault, times))
 
-    def _admit(self, bot_id: int, chat_id: int) -> int:
+    def _admit(self, bot_id: int, chat_id: int, paid: bool = False) -> int:
         """The bot's limiter admits the message (0) or names the retry_after; under the lock."""
         limiter = self._limiters.setdefault(bot_id, _Limiter())
-        return limiter.admit(chat_id, time.monotonic())
+        return limiter.admit(chat_id, time.monotonic(), paid=paid)
 
     def _take_fault(self, chat_id: int) -> Fault | None:
         for key in (chat_id, None):
@@ -251,7 +251,8 @@ class FakeTelegram(_KindsSide, _PeopleSide):
         if self.on_send is not None:
             self.on_send(chat_id)
         with self._lock:
-            wait = self._admit(bot_id, chat_id) if self.enforce_limits else 0
+            paid = _flag(params.get("allow_paid_broadcast"))
+            wait = self._admit(bot_id, chat_id, paid) if self.enforce_limits else 0
             fault = None if wait else self._take_fault(chat_id)
         if wait:
             response = _error(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})

@@ -294,6 +294,37 @@ def test_enforce_limits_per_bot_and_group(fake: FakeTelegram) -> None:
     assert fake.stats()["rejected_429"] == 1
 
 
+def test_paid_broadcasts_count_against_a_window_of_their_own() -> None:
+    from outbox_testing.fake_telegram.limits import _Limiter
+
+    limiter = _Limiter()
+    now = 100.0
+    # 1,000 paid messages to 1,000 chats within a second, the free 30 beside them untouched.
+    assert [limiter.admit(5000 + i, now + i / 2000, paid=True) for i in range(1000)] == [0] * 1000
+    assert limiter.admit(9999, now + 0.6, paid=True) == 1
+    assert [limiter.admit(7000 + i, now + 0.6) for i in range(30)] == [0] * 30
+    assert limiter.admit(8000, now + 0.6) == 1
+    # A chat's own limit holds for paid messages too.
+    assert limiter.admit(5000, now + 1.4, paid=True) == 0
+    assert limiter.admit(5000, now + 1.5, paid=True) == 1
+
+
+def test_paid_broadcasts_go_past_the_free_limit_through_the_bot_api(fake: FakeTelegram) -> None:
+    fake.enforce_limits = True
+
+    async def body(bot: telegram.Bot) -> list[bool]:
+        async def one(chat: int) -> bool:
+            try:
+                await bot.send_message(chat, "x", allow_paid_broadcast=True)
+            except error.RetryAfter:
+                return False
+            return True
+
+        return list(await asyncio.gather(*(one(6000 + i) for i in range(60))))
+
+    assert with_bot(fake, body) == [True] * 60  # twice the free 30, in well under a second
+
+
 def test_latency_delays_without_blocking_the_loop(fake: FakeTelegram) -> None:
     fake.latency = 0.2
 
