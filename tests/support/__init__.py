@@ -414,7 +414,7 @@ class OwnPostgres:
     private to root again, and the server's user would lose its data folder mid-test.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, standby_of: OwnPostgres | None = None) -> None:
         base = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
         self.base = base
         self.bin = postgres_bin_dir()
@@ -422,9 +422,28 @@ class OwnPostgres:
         self.logfile = base / "postgres.log"
         self.port = free_port()
         self.user: str | None = None
-        self.pgdata.mkdir(parents=True)
+        self._orphans: list[int] = []  # a killed postmaster's processes
+        self.pgdata.mkdir(mode=0o700, parents=True)
         if os.geteuid() == 0:
             self.user = _postgres_system_user(self.pgdata, base)
+        if standby_of is not None:
+            # A streaming standby, as PostgreSQL's own tools make one: a base backup of the
+            # running primary, with standby.signal and primary_conninfo written (-R).
+            self._run(
+                "pg_basebackup",
+                "-D",
+                str(self.pgdata),
+                "-h",
+                "127.0.0.1",
+                "-p",
+                str(standby_of.port),
+                "-U",
+                "postgres",
+                "-R",
+                "--checkpoint=fast",
+                "--no-sync",
+            )
+            return
         self._run(
             "initdb",
             "-D",
@@ -459,9 +478,23 @@ class OwnPostgres:
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.pgdata), "-m", mode, "-w", "-t", "30", "stop")
 
+    def promote(self) -> None:
+        """A standby becomes a primary; returns once it takes writes."""
+        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "30", "promote")
+
+    def kill_postmaster(self) -> None:
+        """kill -9 of the postmaster: its listening socket goes at once, and its other
+        processes end by themselves when they notice (``close`` ends any still there)."""
+        pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        self._orphans = _children(pid)
+        os.kill(pid, signal.SIGKILL)
+
     def close(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
+        for pid in self._orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def _run(self, program: str, *args: str) -> None:
@@ -490,6 +523,16 @@ def start_own_postgres() -> OwnPostgres:
         pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
     server.start()
     return server
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat_file.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat_file.parent.name))
+    return found
 
 
 def free_port() -> int:

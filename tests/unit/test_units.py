@@ -176,7 +176,7 @@ def test_a_url_naming_several_servers_reaches_libpq_and_sqlalchemy_alike(
     libpq = conninfo_to_dict(url)
     for name in ("host", "target_session_attrs", "password"):
         assert given.get(name) == libpq.get(name), name
-    assert str(given.get("port", "")).strip(",") == libpq.get("port", "").strip(",")
+    assert str(given.get("port", "")).strip(",") == str(libpq.get("port", "")).strip(",")
     assert "pw" not in redact_url(url)
 
 
