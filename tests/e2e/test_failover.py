@@ -46,13 +46,16 @@ N, FIRST_CHAT = 2000, 500_000
 CRASH_AFTER = 600  # deliveries before the primary dies
 
 
-def multi_host_url(*servers: OwnPostgres) -> str:
-    hosts = ",".join("127.0.0.1" for _ in servers)
-    ports = ",".join(str(s.port) for s in servers)
-    return (
-        f"postgresql://postgres:{PASSWORD}@/postgres?host={hosts}&port={ports}"
-        "&target_session_attrs=read-write"
-    )
+def multi_host_url(*servers: OwnPostgres, in_query: bool) -> str:
+    """One URL for every server, in either of libpq's spellings: the list in the query
+    (``?host=a,b&port=1,2``), or in the authority (``a:1,b:2``)."""
+    attrs = "target_session_attrs=read-write"
+    if in_query:
+        hosts = ",".join("127.0.0.1" for _ in servers)
+        ports = ",".join(str(s.port) for s in servers)
+        return f"postgresql://postgres:{PASSWORD}@/postgres?host={hosts}&port={ports}&{attrs}"
+    authority = ",".join(f"127.0.0.1:{s.port}" for s in servers)
+    return f"postgresql://postgres:{PASSWORD}@{authority}/postgres?{attrs}"
 
 
 def setting(server: OwnPostgres, sql: str) -> object:
@@ -90,7 +93,7 @@ class Pair:
 
 
 @contextlib.contextmanager
-def replicated(*, synchronous: bool) -> Iterator[Pair]:
+def replicated(*, synchronous: bool, in_query: bool) -> Iterator[Pair]:
     """A primary and a standby made by pg_basebackup -R, migrated through the multi-host URL;
     both servers are gone afterwards, whatever happened to them."""
     primary = start_own_postgres()
@@ -114,7 +117,7 @@ def replicated(*, synchronous: bool) -> Iterator[Pair]:
             30,
             f"the standby to stream ({expected})",
         )
-        url = multi_host_url(primary, standby)
+        url = multi_host_url(primary, standby, in_query=in_query)
         migrate.upgrade(url)
         yield Pair(primary, standby, url)
     finally:
@@ -148,7 +151,7 @@ def test_a_relay_rides_out_a_failover_to_its_synchronous_standby_by_itself(
     fake_telegram: FakeTelegram, tmp_path: Path
 ) -> None:
     with contextlib.ExitStack() as stack:
-        pair = stack.enter_context(replicated(synchronous=True))
+        pair = stack.enter_context(replicated(synchronous=True, in_query=True))
         # The app's engine, made before the failover and used after it.
         engine = create_engine(pair.url, pool_pre_ping=True)
         stack.callback(engine.dispose)
@@ -229,7 +232,7 @@ def test_after_an_asynchronous_failover_the_lag_is_lost_or_sent_again_as_documen
     fake_telegram: FakeTelegram, tmp_path: Path
 ) -> None:
     with contextlib.ExitStack() as stack:
-        pair = stack.enter_context(replicated(synchronous=False))
+        pair = stack.enter_context(replicated(synchronous=False, in_query=False))
         engine = create_engine(pair.url, pool_pre_ping=True)
         stack.callback(engine.dispose)
         enqueue_numbered(engine, N, first_chat=FIRST_CHAT)
