@@ -405,13 +405,15 @@ def enqueue_numbered(engine: sa.Engine, n: int, *, first_chat: int) -> None:
 
 
 class OwnPostgres:
-    """A PostgreSQL server of the test's own, on a TCP port, that the test stops and starts.
+    """A PostgreSQL server of the test's own, on a TCP port, that the test stops and starts;
+    with ``standby_of``, a streaming standby of that server, which ``promote`` makes a primary.
 
-    It uses the binaries of the pgserver wheel. Postgres refuses to run as root; as root the
-    server runs as pgserver's system user ``pgserver`` (created by pgserver when missing), as
-    pgserver itself does. Its folder is a temporary one of its own, not under pytest's: every
-    pytest session that starts (another worker's, another checkout's) makes pytest's folder
-    private to root again, and the server's user would lose its data folder mid-test.
+    It uses the binaries of the pgserver wheel, all of them (``pg_basebackup`` included).
+    Postgres refuses to run as root; as root the server runs as pgserver's system user
+    ``pgserver`` (created by pgserver when missing), as pgserver itself does. Its folder is a
+    temporary one of its own, not under pytest's: every pytest session that starts (another
+    worker's, another checkout's) makes pytest's folder private to root again, and the
+    server's user would lose its data folder mid-test.
     """
 
     def __init__(self, *, standby_of: OwnPostgres | None = None) -> None:
@@ -426,32 +428,39 @@ class OwnPostgres:
         self.pgdata.mkdir(mode=0o700, parents=True)
         if os.geteuid() == 0:
             self.user = _postgres_system_user(self.pgdata, base)
-        if standby_of is not None:
-            # A streaming standby, as PostgreSQL's own tools make one: a base backup of the
-            # running primary, with standby.signal and primary_conninfo written (-R).
+        try:
+            self._make_data(standby_of)
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)
+            raise
+
+    def _make_data(self, standby_of: OwnPostgres | None) -> None:
+        if standby_of is None:
             self._run(
-                "pg_basebackup",
+                "initdb",
                 "-D",
                 str(self.pgdata),
-                "-h",
-                "127.0.0.1",
-                "-p",
-                str(standby_of.port),
                 "-U",
                 "postgres",
-                "-R",
-                "--checkpoint=fast",
+                "--auth=trust",
+                "--encoding=UTF8",
                 "--no-sync",
             )
             return
+        # A streaming standby, as PostgreSQL's own tools make one: a base backup of the
+        # running primary, with standby.signal and primary_conninfo written (-R).
         self._run(
-            "initdb",
+            "pg_basebackup",
             "-D",
             str(self.pgdata),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(standby_of.port),
             "-U",
             "postgres",
-            "--auth=trust",
-            "--encoding=UTF8",
+            "-R",
+            "--checkpoint=fast",
             "--no-sync",
         )
 
