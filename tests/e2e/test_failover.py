@@ -11,6 +11,7 @@ Run with ``-s`` to see the figures that docs/operations.md quotes.
 from __future__ import annotations
 
 import contextlib
+import json
 import signal
 import time
 from collections import Counter
@@ -34,6 +35,7 @@ from tests.support import (
     backends,
     enqueue_numbered,
     relay_env,
+    run_module,
     start_own_postgres,
     states,
     wait_until,
@@ -201,6 +203,11 @@ def test_a_relay_rides_out_a_failover_to_its_synchronous_standby_by_itself(
         )
         # The relay hears NOTIFY on the new primary again.
         assert backends(engine, "left(query, 6) = 'LISTEN'"), relays.describe()
+        # An operator's command finds the new primary through the same URL.
+        status = run_module("outbox.cli", "status", "--json", env=relays.env)
+        assert status.returncode == 0, status.stderr
+        assert json.loads(status.stdout)["holat"]["bajarildi"] == N + 1
+        assert PASSWORD not in status.stdout + status.stderr
         assert relay.alive(), "the relay gave up instead of carrying on"
         assert relays.started == [relay]
         assert relay.stop() == 0, relay.describe()
