@@ -130,15 +130,16 @@ def replicated(*, synchronous: bool, in_query: bool) -> Iterator[Pair]:
         primary.close()
 
 
-def relay_settings(url: str, api_url: str) -> dict[str, str]:
-    """Both of the relay's URLs name both servers. The only settings changed from the
-    defaults: a drain of some seconds instead of Telegram's 28/s, and a claim whose answer
-    died with the primary reaped soon, not in 5 min."""
+def relay_settings(url: str, api_url: str, *, listen_url: bool) -> dict[str, str]:
+    """The relay's URL (and with ``listen_url`` its LISTEN URL too, as behind PgBouncer) names
+    both servers. The only settings changed from the defaults: a drain of some seconds instead
+    of Telegram's 28/s, and a claim whose answer died with the primary reaped soon, not in
+    5 min."""
+    listen = {"OUTBOX_LISTEN_DATABASE_URL": url} if listen_url else {}
     return relay_env(
         url,
         api_url,
-        **{**DEFAULT_LIMITS, "OUTBOX_RATE_LIMIT": "500", "OUTBOX_LEASE": "25s"},
-        OUTBOX_LISTEN_DATABASE_URL=url,
+        **{**DEFAULT_LIMITS, "OUTBOX_RATE_LIMIT": "500", "OUTBOX_LEASE": "25s", **listen},
     )
 
 
@@ -161,7 +162,9 @@ def test_a_relay_rides_out_a_failover_to_its_synchronous_standby_by_itself(
         stack.callback(engine.dispose)
         enqueue_numbered(engine, N, first_chat=FIRST_CHAT)
         relays = stack.enter_context(
-            Relays(relay_settings(pair.url, fake_telegram.api_url), tmp_path).running()
+            Relays(
+                relay_settings(pair.url, fake_telegram.api_url, listen_url=True), tmp_path
+            ).running()
         )
         relay = relays.start()
         wait_until(
@@ -246,7 +249,9 @@ def test_after_an_asynchronous_failover_the_lag_is_lost_or_sent_again_as_documen
         stack.callback(engine.dispose)
         enqueue_numbered(engine, N_ASYNC, first_chat=FIRST_CHAT)
         relays = stack.enter_context(
-            Relays(relay_settings(pair.url, fake_telegram.api_url), tmp_path).running()
+            Relays(
+                relay_settings(pair.url, fake_telegram.api_url, listen_url=False), tmp_path
+            ).running()
         )
         relay = relays.start()
         wait_until(
@@ -291,6 +296,7 @@ def test_after_an_asynchronous_failover_the_lag_is_lost_or_sent_again_as_documen
             "every row done on the new primary",
             explain=relays.describe,
         )
+        assert backends(engine, "left(query, 6) = 'LISTEN'"), relays.describe()
         assert relay.alive(), "the relay gave up instead of carrying on"
         assert relays.started == [relay]
         assert relay.stop() == 0, relay.describe()
