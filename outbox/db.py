@@ -53,10 +53,15 @@ def _register_password(url: str) -> None:
 
 
 def normalize_url(url: str) -> str:
-    """Validate a PostgreSQL URL and return it in libpq form (``postgresql://...``)."""
+    """Validate a PostgreSQL URL and return it in libpq form (``postgresql://...``).
+
+    A URL may name several servers, as libpq reads it: ``host=a,b&port=5432,5432`` in the
+    query, or ``a:5432,b:5432`` in the authority; with ``target_session_attrs=read-write`` a
+    connection goes to the one that takes writes (the primary after a failover).
+    """
     try:
         parts = urlsplit(url.strip())
-        _ = parts.port  # raises ValueError on a non-numeric port
+        _servers(parts)  # raises ValueError on a non-numeric port
     except ValueError as err:
         # urllib's reason can quote a piece of a misplaced password (as the "port"): not shown.
         raise ConfigError(
@@ -74,6 +79,24 @@ def _parse_problem(err: ValueError) -> str:
     if "port" in str(err).lower():
         return "the port is not a number; percent-encode any of : / ? # @ in the password"
     return "percent-encode any of : / ? # @ [ ] in the user name or password"
+
+
+def _servers(parts: SplitResult) -> list[tuple[str, str]]:
+    """The (host, port) pairs of the URL's authority, as typed (a port may be empty)."""
+    servers = []
+    for server in parts.netloc.rpartition("@")[2].split(","):
+        host, port = server, ""
+        if server.startswith("["):  # [IPv6] or [IPv6]:port
+            end = server.find("]")
+            if end < 0:
+                raise ValueError("Invalid IPv6 URL")
+            host, port = server[1:end], server[end + 1 :].removeprefix(":")
+        elif ":" in server:
+            host, port = server.rsplit(":", 1)
+        if port and not (port.isascii() and port.isdigit() and int(port) <= 65535):
+            raise ValueError(f"Port could not be cast to integer value as {port!r}")
+        servers.append((host, port))
+    return servers
 
 
 def _unsplit(parts: SplitResult) -> str:
@@ -120,7 +143,20 @@ def resolve_url(url: str | None) -> str:
 
 
 def sqlalchemy_url(url: str) -> str:
-    return "postgresql+psycopg://" + normalize_url(url).removeprefix("postgresql://")
+    """The URL for SQLAlchemy's psycopg dialect. Several servers in the authority
+    (``a:5432,b:5432``), which SQLAlchemy cannot parse, move to the query as libpq's
+    ``host=a,b&port=5432,5432``, which it passes on."""
+    parts = urlsplit(normalize_url(url))
+    servers = _servers(parts)
+    if len(servers) > 1:
+        user = parts.netloc.rpartition("@")[0]
+        query = [f"host={','.join(host for host, _ in servers)}"]
+        if any(port for _, port in servers):
+            query.append(f"port={','.join(port for _, port in servers)}")
+        if parts.query:
+            query.append(parts.query)
+        parts = parts._replace(netloc=f"{user}@" if user else "", query="&".join(query))
+    return _unsplit(parts._replace(scheme="postgresql+psycopg"))
 
 
 def create_engine(url: str, **kwargs: object) -> Engine:

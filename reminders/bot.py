@@ -245,7 +245,9 @@ def build_application(config: BotConfig, engine: sa.Engine) -> _App:
 
 def run_bot(config: BotConfig) -> None:
     """Run until SIGINT or SIGTERM: long polling, or the webhook server if a URL is set."""
-    engine = create_engine(config.database_url)
+    # A pooled connection is tried before use: after a failover (or a restart) the pool's
+    # connections to the old server are dropped and a new one goes where the URL leads.
+    engine = create_engine(config.database_url, pool_pre_ping=True)
     try:
         app = build_application(config, engine)
         allowed = [Update.MESSAGE, Update.CALLBACK_QUERY]

@@ -405,16 +405,18 @@ def enqueue_numbered(engine: sa.Engine, n: int, *, first_chat: int) -> None:
 
 
 class OwnPostgres:
-    """A PostgreSQL server of the test's own, on a TCP port, that the test stops and starts.
+    """A PostgreSQL server of the test's own, on a TCP port, that the test stops and starts;
+    with ``standby_of``, a streaming standby of that server, which ``promote`` makes a primary.
 
-    It uses the binaries of the pgserver wheel. Postgres refuses to run as root; as root the
-    server runs as pgserver's system user ``pgserver`` (created by pgserver when missing), as
-    pgserver itself does. Its folder is a temporary one of its own, not under pytest's: every
-    pytest session that starts (another worker's, another checkout's) makes pytest's folder
-    private to root again, and the server's user would lose its data folder mid-test.
+    It uses the binaries of the pgserver wheel, all of them (``pg_basebackup`` included).
+    Postgres refuses to run as root; as root the server runs as pgserver's system user
+    ``pgserver`` (created by pgserver when missing), as pgserver itself does. Its folder is a
+    temporary one of its own, not under pytest's: every pytest session that starts (another
+    worker's, another checkout's) makes pytest's folder private to root again, and the
+    server's user would lose its data folder mid-test.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, *, standby_of: OwnPostgres | None = None) -> None:
         base = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
         self.base = base
         self.bin = postgres_bin_dir()
@@ -422,17 +424,43 @@ class OwnPostgres:
         self.logfile = base / "postgres.log"
         self.port = free_port()
         self.user: str | None = None
-        self.pgdata.mkdir(parents=True)
+        self._orphans: list[int] = []  # a killed postmaster's processes
+        self.pgdata.mkdir(mode=0o700, parents=True)
         if os.geteuid() == 0:
             self.user = _postgres_system_user(self.pgdata, base)
+        try:
+            self._make_data(standby_of)
+        except BaseException:
+            shutil.rmtree(base, ignore_errors=True)
+            raise
+
+    def _make_data(self, standby_of: OwnPostgres | None) -> None:
+        if standby_of is None:
+            self._run(
+                "initdb",
+                "-D",
+                str(self.pgdata),
+                "-U",
+                "postgres",
+                "--auth=trust",
+                "--encoding=UTF8",
+                "--no-sync",
+            )
+            return
+        # A streaming standby, as PostgreSQL's own tools make one: a base backup of the
+        # running primary, with standby.signal and primary_conninfo written (-R).
         self._run(
-            "initdb",
+            "pg_basebackup",
             "-D",
             str(self.pgdata),
+            "-h",
+            "127.0.0.1",
+            "-p",
+            str(standby_of.port),
             "-U",
             "postgres",
-            "--auth=trust",
-            "--encoding=UTF8",
+            "-R",
+            "--checkpoint=fast",
             "--no-sync",
         )
 
@@ -459,9 +487,23 @@ class OwnPostgres:
     def stop(self, mode: str = "fast") -> None:
         self._run("pg_ctl", "-D", str(self.pgdata), "-m", mode, "-w", "-t", "30", "stop")
 
+    def promote(self) -> None:
+        """A standby becomes a primary; returns once it takes writes."""
+        self._run("pg_ctl", "-D", str(self.pgdata), "-w", "-t", "30", "promote")
+
+    def kill_postmaster(self) -> None:
+        """kill -9 of the postmaster: its listening socket goes at once, and its other
+        processes end by themselves when they notice (``close`` ends any still there)."""
+        pid = int((self.pgdata / "postmaster.pid").read_text().split()[0])
+        self._orphans = _children(pid)
+        os.kill(pid, signal.SIGKILL)
+
     def close(self) -> None:
         with contextlib.suppress(subprocess.CalledProcessError):
             self.stop("immediate")
+        for pid in self._orphans:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
         shutil.rmtree(self.base, ignore_errors=True)
 
     def _run(self, program: str, *args: str) -> None:
@@ -490,6 +532,16 @@ def start_own_postgres() -> OwnPostgres:
         pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
     server.start()
     return server
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat_file in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError, IndexError, ValueError):
+            if int(stat_file.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat_file.parent.name))
+    return found
 
 
 def free_port() -> int:

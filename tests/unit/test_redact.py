@@ -29,6 +29,13 @@ def test_a_short_password_is_replaced_where_it_stands_and_nowhere_else() -> None
         ("at postgresql://app:p@ss/w@db/app now", "at postgresql://app:***@db/app now"),
         ("postgresql://db/app?sslmode=require&password=pw&x=1", "postgresql://db/app?sslmode=require&password=***&x=1"),
         ("host=db password=s3cret dbname=app", "host=db password=*** dbname=app"),
+        # Several servers (a primary and its standby), in the authority or in the query.
+        ("at postgresql://app:s3cret@a:5432,b:5432/app?target_session_attrs=read-write now",
+         "at postgresql://app:***@a:5432,b:5432/app?target_session_attrs=read-write now"),
+        ("postgresql://app:s3cret@/app?host=a,b&port=5432,5432&target_session_attrs=read-write",
+         "postgresql://app:***@/app?host=a,b&port=5432,5432&target_session_attrs=read-write"),
+        ("postgresql:///app?host=a,b&password=s3cret&target_session_attrs=read-write",
+         "postgresql:///app?host=a,b&password=***&target_session_attrs=read-write"),
         ("host=db password = 'two words' dbname=app", "host=db password = *** dbname=app"),
         ("PASSWORD=x", "PASSWORD=***"),
         # Not a password's place: left alone.

@@ -12,11 +12,13 @@ from types import SimpleNamespace
 from typing import Any, cast
 
 import pytest
+import sqlalchemy as sa
+from psycopg.conninfo import conninfo_to_dict
 
 from outbox import queries
 from outbox.classify import MalformedPayload
 from outbox.config import RelayConfig, read_token, telegram_api_url
-from outbox.db import normalize_url, redact_url, with_database
+from outbox.db import normalize_url, redact_url, sqlalchemy_url, with_database
 from outbox.durations import format_duration, parse_duration
 from outbox.errors import ConfigError, InvalidInput
 from outbox.ops.views.relays import relays_table
@@ -147,9 +149,35 @@ def test_database_urls() -> None:
     assert with_database("postgresql://u@h:5/a?x=1", "b") == "postgresql://u@h:5/b?x=1"
     assert normalize_url("postgresql:///db?host=/run/pg") == "postgresql:///db?host=/run/pg"
     assert with_database("postgresql:///a?host=/x", "b") == "postgresql:///b?host=/x"
-    for bad in ("mysql://h/db", "postgresql://h:notaport/db"):
+    for bad in ("mysql://h/db", "postgresql://h:notaport/db", "postgresql://a:1,b:x/db"):
         with pytest.raises(ConfigError):
             normalize_url(bad)
+
+
+@pytest.mark.parametrize(
+    ("url", "for_sqlalchemy"),
+    [
+        ("postgresql://u:pw@/db?host=a,b&port=5432,5433&target_session_attrs=read-write",
+         "postgresql+psycopg://u:pw@/db?host=a,b&port=5432,5433&target_session_attrs=read-write"),
+        ("postgresql://u:pw@a:5432,b:5433/db?target_session_attrs=read-write",
+         "postgresql+psycopg://u:pw@/db?host=a,b&port=5432,5433&target_session_attrs=read-write"),
+        ("postgresql://a,[::1]:6/db", "postgresql+psycopg:///db?host=a,::1&port=,6"),
+    ],
+)  # fmt: skip
+def test_a_url_naming_several_servers_reaches_libpq_and_sqlalchemy_alike(
+    url: str, for_sqlalchemy: str
+) -> None:
+    assert normalize_url(url) == url
+    assert with_database(url, "other") == url.replace("/db", "/other")
+    assert sqlalchemy_url(url) == for_sqlalchemy
+    # What the engine hands psycopg is what libpq reads in the URL itself.
+    engine_url = sa.engine.make_url(for_sqlalchemy)
+    _, given = sa.create_engine(engine_url).dialect.create_connect_args(engine_url)
+    libpq = conninfo_to_dict(url)
+    for name in ("host", "target_session_attrs", "password"):
+        assert given.get(name) == libpq.get(name), name
+    assert str(given.get("port", "")).strip(",") == str(libpq.get("port", "")).strip(",")
+    assert "pw" not in redact_url(url)
 
 
 def unwritten() -> tuple[Completer, RunSummary]:
