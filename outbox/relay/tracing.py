@@ -110,7 +110,7 @@ class SendSpan:
         word = outcome_word(outcome)
         span.set_attribute("outbox.outcome", word)
         if outcome is not None and outcome.error_code:
-            span.set_attribute("outbox.error_code", outcome.error_code)
+            span.set_attribute("outbox.error_code", str(outcome.error_code))
         if word in ("retry", "failed"):
             span.set_status(StatusCode.ERROR, outcome.error if outcome else None)
         span.end()

@@ -110,7 +110,9 @@ DEFAULT_LIMITS = {
 }
 
 
-def make_relay(db_url: str, fake: FakeTelegram, **config: Any) -> Relay:
+def make_relay(
+    db_url: str, fake: FakeTelegram, tracer_provider: object | None = None, **config: Any
+) -> Relay:
     """A relay in this process against ``db_url`` and the fake; rate limits off by default."""
     cfg = RelayConfig(database_url=db_url, **{"rate_limits": UNLIMITED, **config})
     sender = TelegramSender(
@@ -119,7 +121,7 @@ def make_relay(db_url: str, fake: FakeTelegram, **config: Any) -> Relay:
         pool_size=cfg.concurrency,
         read_timeout=cfg.telegram_timeout,
     )
-    return Relay(cfg, sender)
+    return Relay(cfg, sender, tracer_provider=tracer_provider)
 
 
 def insert_raw(conn: sa.Connection | Session, key: str, payload: Any) -> None:
@@ -135,7 +137,9 @@ def relay_env(db_url: str, api_url: str, **settings: str) -> dict[str, str]:
 
     ``settings`` adds or overrides variables (``OUTBOX_LEASE="2s"`` and so on).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_", "OTEL_"))
+    }
     env.update(
         OUTBOX_DATABASE_URL=db_url,
         TELEGRAM_BOT_TOKEN=TEST_TOKEN,
