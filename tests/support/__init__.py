@@ -58,6 +58,7 @@ __all__ = [
     "make_relay",
     "missing_tool",
     "outcome_writer",
+    "printed_spans",
     "relay_env",
     "row",
     "rows_and_markers",
@@ -562,3 +563,18 @@ def rows_and_markers(engine: sa.Engine) -> tuple[list[str], list[str]]:
         rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars()
         markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars()
         return list(rows), list(markers)
+
+
+def printed_spans(output: str) -> list[dict[str, Any]]:
+    """The spans OpenTelemetry's console exporter printed (JSON documents), among a process's
+    other lines."""
+    decoder, spans, at = json.JSONDecoder(), [], output.find("{")
+    while at != -1:
+        try:
+            found, end = decoder.raw_decode(output, at)
+        except ValueError:
+            found, end = None, at + 1
+        if isinstance(found, dict) and "context" in found:
+            spans.append(found)
+        at = output.find("{", end)
+    return spans
