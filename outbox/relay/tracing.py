@@ -14,6 +14,7 @@ holds no tracer and pays one ``is None`` test a row.
 
 from __future__ import annotations
 
+import sys
 from contextvars import Token
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,8 @@ SPAN_NAME = "outbox send"
 def send_tracer(provider: object | None, bot: str) -> SendTracer | None:
     """The tracer of one bot's sends, from ``provider`` (an OpenTelemetry ``TracerProvider``)
     or, without one, from the process's own if one is set; None when nothing would record."""
+    if provider is None and "opentelemetry.trace" not in sys.modules:
+        return None  # nobody set a provider without importing the API: not even imported here
     try:
         from opentelemetry import trace  # noqa: PLC0415 - the otel extra, if installed
     except ImportError:
