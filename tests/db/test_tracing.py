@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from outbox import enqueue, enqueue_many
+from outbox import enqueue, enqueue_many, get_message
 from outbox.retry import RetryPolicy
 from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import make_relay
@@ -31,7 +31,7 @@ def test_each_send_is_a_child_of_the_span_that_enqueued_it(
     relay_provider = TracerProvider()
     relay_provider.add_span_processor(SimpleSpanProcessor(exporter))
     with app.start_as_current_span("request") as request, engine.begin() as conn:
-        enqueue(conn, key="one", payload={"chat_id": 5, "text": "salom"})
+        one = enqueue(conn, key="one", payload={"chat_id": 5, "text": "salom"})
         enqueue_many(conn, [("many", {"chat_id": 6, "text": "hi"})])
     with engine.begin() as conn:  # no span: a trace of the relay's own
         enqueue(conn, key="untraced", payload={"chat_id": 7, "text": "hey"})
@@ -66,3 +66,9 @@ def test_each_send_is_a_child_of_the_span_that_enqueued_it(
     assert (second.attributes or {})["outbox.attempt"] == 2
     assert (second.attributes or {})["outbox.outcome"] == "sent"
     assert untraced.parent is None and untraced.context.trace_id != ctx.trace_id
+    with engine.connect() as conn:  # outbox show gives the trace context too
+        shown = get_message(conn, one.id)
+    assert shown is not None
+    assert (
+        shown.traceparent == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
+    )
