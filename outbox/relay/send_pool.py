@@ -25,7 +25,7 @@ from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
-from outbox.relay.tracing import SendTracer
+from outbox.relay.tracing import SendSpan, SendTracer
 from outbox.relay.workers import Workers
 from outbox.retry import Decision, RetryPolicy, RowFacts, decide, expiry, hand_back
 from outbox.states import FailureCode, State
@@ -97,7 +97,7 @@ class SendPool:
     ) -> None:
         self._sender = sender
         self._tracer = tracer  # None: no spans (outbox.relay.tracing)
-        self._outcomes: dict[int, queries.Outcome] = {}  # id(row): its outcome, for its span
+        self._spans: dict[int, SendSpan] = {}  # id(row): its span, while it is handled
         self._reserved = bool(limits.per_bot or limits.chat_gap or limits.group_gap)
         self._late_for_slot = late_for_slot(limits.per_bot)
         self._retry = retry
@@ -163,7 +163,8 @@ class SendPool:
         outcome; return once the outcome is written."""
         expires_at = None if row.expires_in is None else checked_at + row.expires_in
         self._facts[id(row)] = RowFacts(row.attempts, expires_at)
-        span = None if self._tracer is None else self._tracer.start(row)
+        if self._tracer is not None:
+            self._spans[id(row)] = self._tracer.start(row)
         try:
             await self._deliver(row, checked_at)
         except Exception as err:  # a bug must not strand the row until the lease
@@ -201,8 +202,10 @@ class SendPool:
             self._facts.pop(id(row), None)
             if self._moved:
                 self._moved.pop(id(row), None)
-            if span is not None:
-                span.end(self._outcomes.pop(id(row), None))
+            if self._spans:
+                span = self._spans.pop(id(row), None)
+                if span is not None:
+                    span.end()
 
     async def _deliver(self, row: queries.ClaimedRow, checked_at: float) -> None:  # noqa: PLR0911 - one exit per fate
         if row.already_sent:
@@ -454,8 +457,8 @@ class SendPool:
         )
 
     def _record(self, row: queries.ClaimedRow, outcome: queries.Outcome) -> None:
-        if self._tracer is not None:
-            self._outcomes[id(row)] = outcome  # for the row's span, which ends after the write
+        if self._spans and id(row) in self._spans:
+            self._spans[id(row)].outcome = outcome  # the span ends once it is written
         self._completer.record(outcome)
 
 

@@ -98,18 +98,19 @@ class SendTracer:
 class SendSpan:
     """One send's span, current in its worker's task until it ends."""
 
-    __slots__ = ("_span", "_token")
+    __slots__ = ("_span", "_token", "outcome")
 
     def __init__(self, span: Span, token: Token[Context]) -> None:
         self._span = span
         self._token = token
+        self.outcome: Outcome | None = None  # None at the end: the app withdrew the row
 
-    def end(self, outcome: Outcome | None) -> None:
-        """End it with the row's outcome (None: the app withdrew the row before its send)."""
+    def end(self) -> None:
+        """End it with the row's outcome."""
         from opentelemetry import context  # noqa: PLC0415
         from opentelemetry.trace import StatusCode  # noqa: PLC0415
 
-        span = self._span
+        span, outcome = self._span, self.outcome
         word = outcome_word(outcome)
         span.set_attribute("outbox.outcome", word)
         if outcome is not None and outcome.error_code:

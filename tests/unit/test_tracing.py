@@ -81,7 +81,7 @@ def test_a_malformed_traceparent_starts_a_trace_of_its_own() -> None:
     row = ClaimedRow(1, "t", "k", {}, 1, False, None, traceparent="00-zz")  # type: ignore[arg-type]
     span = tracer.start(row)
     parent = trace.get_current_span().parent  # type: ignore[attr-defined]
-    span.end(None)
+    span.end()
     assert parent is None
 
 
