@@ -14,6 +14,7 @@ Two things live here, both free when OpenTelemetry is absent or unused:
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import sys
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, NamedTuple
 from outbox.errors import ConfigError
 
 if TYPE_CHECKING:
+    from opentelemetry.propagators.textmap import TextMapPropagator
     from opentelemetry.sdk.trace import TracerProvider
 
 __all__ = ["TraceContext", "configure_from_env", "trace_context", "traces_requested"]
@@ -53,15 +55,20 @@ def trace_context() -> TraceContext:
 
     if not trace.get_current_span().get_span_context().is_valid:
         return NO_TRACE
+    carrier: dict[str, str] = {}
+    _w3c().inject(carrier)
+    return TraceContext(carrier.get("traceparent"), carrier.get("tracestate") or None)
+
+
+@functools.cache
+def _w3c() -> TextMapPropagator:
+    """The W3C propagator itself, not the app's global one (which may speak B3 or another
+    format): the columns always hold W3C headers, which the relay reads back the same way."""
     from opentelemetry.trace.propagation.tracecontext import (  # noqa: PLC0415
         TraceContextTextMapPropagator,
     )
 
-    # The W3C propagator itself, not the app's global one (which may speak B3 or another
-    # format): the columns always hold W3C headers, which the relay reads back the same way.
-    carrier: dict[str, str] = {}
-    TraceContextTextMapPropagator().inject(carrier)
-    return TraceContext(carrier.get("traceparent"), carrier.get("tracestate") or None)
+    return TraceContextTextMapPropagator()
 
 
 # The variables by which OpenTelemetry's specification asks a process for traces: an exporter

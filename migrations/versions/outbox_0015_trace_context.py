@@ -16,6 +16,8 @@ propagator ignores a malformed header.
 
 Locks: the outbox table's ACCESS EXCLUSIVE lock for a moment. A nullable column without a
 default changes only the catalogue: no row is read or rewritten, however large the table.
+Measured on an outbox of 1,000,000 rows (247 MB, embedded PostgreSQL 16, a shared 2-core
+machine): the ALTER TABLE took 0.4-4.4 ms, and the table's size did not change.
 
 A relay of the previous release that is running keeps working against this schema (its
 statements name neither column, and its rows are written with both NULL); one started after
