@@ -23,6 +23,7 @@ from outbox import sql as named
 from outbox.queries.relay import record_statement
 from outbox.schema import current_schema
 from outbox.states import State
+from tests.support import outbox_columns, rows_fingerprint
 
 _FILL = """
 INSERT INTO outbox (kalit, payload, navbat, keyingi_urinish)
@@ -171,19 +172,6 @@ RETURNING id, urinish, band_vaqti, kalit
 
 
 _INDEXES = "SELECT indexname FROM pg_indexes WHERE tablename = 'outbox' ORDER BY 1"
-_COLUMNS = (
-    "SELECT column_name FROM information_schema.columns "
-    "WHERE table_schema = current_schema() AND table_name = 'outbox' ORDER BY ordinal_position"
-)
-
-
-def _fingerprint(conn: psycopg.Connection[Any], columns: list[str]) -> object:
-    """Every row's values of ``columns``, in one hash."""
-    values = ", ".join(f"o.{c}" for c in columns)
-    found = conn.execute(
-        f"SELECT md5(string_agg(row({values})::text, ',' ORDER BY id)) FROM outbox o"
-    )
-    return found.fetchone()
 
 
 def test_revision_0012_swaps_the_indexes_and_keeps_every_row(db_url: str) -> None:
@@ -200,12 +188,12 @@ def test_revision_0012_swaps_the_indexes_and_keeps_every_row(db_url: str) -> Non
         )
         conn.execute("UPDATE outbox SET holat = 'bajarildi' WHERE id % 4 = 2")
         conn.execute("UPDATE outbox SET yakka = true WHERE id % 4 = 3")
-        columns = [r for (r,) in conn.execute(_COLUMNS)]  # later revisions add their own
-        fingerprint = _fingerprint(conn, columns)
+        columns = outbox_columns(conn)  # later revisions add their own
+        fingerprint = rows_fingerprint(conn, columns)
     command.upgrade(config, "head")
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert [r for (r,) in conn.execute(_INDEXES)] == new_indexes
-        assert _fingerprint(conn, columns) == fingerprint
+        assert rows_fingerprint(conn, columns) == fingerprint
         claimed = conn.execute(
             "SELECT count(*) FROM outbox WHERE egasi = 'h' AND holat = 'bajarilmoqda'"
         ).fetchone()

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -57,11 +58,13 @@ __all__ = [
     "is_test_module",
     "make_relay",
     "missing_tool",
+    "outbox_columns",
     "outcome_writer",
     "printed_spans",
     "relay_env",
     "row",
     "rows_and_markers",
+    "rows_fingerprint",
     "run_cli",
     "run_module",
     "send_pool",
@@ -578,3 +581,22 @@ def printed_spans(output: str) -> list[dict[str, Any]]:
             spans.append(found)
         at = output.find("{", end)
     return spans
+
+
+def outbox_columns(conn: psycopg.Connection[Any]) -> list[str]:
+    """The outbox table's columns now, in order (a later revision may add its own)."""
+    found = conn.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = 'outbox' "
+        "ORDER BY ordinal_position"
+    )
+    return [str(r[0]) for r in found]
+
+
+def rows_fingerprint(conn: psycopg.Connection[Any], columns: list[str]) -> object:
+    """Every outbox row's values of ``columns``, in one hash: a revision kept them all."""
+    values = ", ".join(f"o.{c}" for c in columns)
+    found = conn.execute(
+        f"SELECT md5(string_agg(row({values})::text, ',' ORDER BY id)) FROM outbox o"
+    )
+    return found.fetchone()
