@@ -128,6 +128,11 @@ def configure_from_env(service_name: str) -> TracerProvider | None:
         )
     except Exception as err:  # noqa: BLE001 - an unknown exporter, a missing package: one line
         why = f"OpenTelemetry could not be set up from the OTEL_* variables: {err}"
+        if "otlp_proto_grpc" in str(err):  # the SDK's "otlp" without a protocol
+            why += (
+                " (OTLP over gRPC: set OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf for the "
+                "exporter the otel extra installs)"
+            )
         raise ConfigError(why) from None
     provider = trace.get_tracer_provider()
     if not isinstance(provider, sdk_trace.TracerProvider):

@@ -10,9 +10,10 @@ from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
+from outbox.errors import ConfigError
 from outbox.queries import ClaimedRow, Outcome
 from outbox.relay.tracing import outcome_word, send_tracer
-from outbox.tracing import NO_TRACE, trace_context, traces_requested
+from outbox.tracing import NO_TRACE, configure_from_env, trace_context, traces_requested
 
 
 def test_the_current_span_is_recorded_as_a_w3c_traceparent() -> None:
@@ -135,3 +136,13 @@ def test_without_the_otel_extra_nothing_is_traced_and_a_request_for_traces_says_
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1, done.stderr
     assert "'outbox-telegram[otel]'" in lines[0]
+
+
+def test_otlp_over_grpc_which_the_extra_leaves_out_is_refused_in_one_line_that_says_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "otlp")
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_PROTOCOL", raising=False)
+    monkeypatch.delenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", raising=False)
+    with pytest.raises(ConfigError, match="OTEL_EXPORTER_OTLP_PROTOCOL=http/protobuf"):
+        configure_from_env("outbox-relay")
