@@ -9,8 +9,9 @@ import sqlalchemy as sa
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from sqlalchemy.ext.asyncio import create_async_engine
 
-from outbox import enqueue, enqueue_many, get_message
+from outbox import enqueue, enqueue_async, enqueue_many, enqueue_many_async, get_message
 from outbox.retry import RetryPolicy
 from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import make_relay
@@ -72,3 +73,23 @@ def test_each_send_is_a_child_of_the_span_that_enqueued_it(
     assert (
         shown.traceparent == f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{int(ctx.trace_flags):02x}"
     )
+
+
+def test_the_async_twins_record_the_callers_span_too(db_url: str, engine: sa.Engine) -> None:
+    app = TracerProvider().get_tracer("app")
+
+    async def work() -> int:
+        async_engine = create_async_engine("postgresql+asyncpg://" + db_url.split("://", 1)[1])
+        try:
+            with app.start_as_current_span("request") as request:
+                async with async_engine.begin() as conn:
+                    await enqueue_async(conn, key="a1", payload={"chat_id": 1, "text": "a"})
+                    await enqueue_many_async(conn, [("a2", {"chat_id": 2, "text": "b"})])
+            return request.get_span_context().trace_id
+        finally:
+            await async_engine.dispose()
+
+    trace_id = asyncio.run(work())
+    with engine.connect() as conn:
+        found = conn.execute(sa.text("SELECT traceparent FROM outbox ORDER BY kalit")).scalars()
+        assert [str(t).split("-")[1] for t in found] == [f"{trace_id:032x}"] * 2
