@@ -65,6 +65,8 @@ _COMMANDS = [
     BotCommand("tz", "vaqt zonasi: /tz Europe/Berlin"),
     BotCommand("help", "yordam"),
 ]
+# The commands a span is named after ("vazifalar /add"); any other is "/other".
+_TRACED_COMMANDS = frozenset({"/start", *(f"/{c.command}" for c in _COMMANDS)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -131,6 +133,8 @@ class _Handlers:
 
         text = update.message.text if update.message and update.message.text else ""
         command = text.split(maxsplit=1)[0].split("@", 1)[0].lower() if text[:1] == "/" else ""
+        if command and command not in _TRACED_COMMANDS:
+            command = "/other"  # a span's name comes from a short list, never from input
         kind = "button" if update.callback_query else (command or "message")
         attributes: dict[str, str | int] = {
             "telegram.update_id": update.update_id,
