@@ -20,6 +20,7 @@ from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 from outbox.states import State
+from outbox.tracing import trace_context
 
 if TYPE_CHECKING:
     from outbox.queries import AsyncAppConn
@@ -138,6 +139,7 @@ def _enqueue_steps(
         batch=batch,
         lane=lane,
         bot=bot_id,
+        trace=trace_context(),
     )
 
 

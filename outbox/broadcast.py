@@ -25,6 +25,7 @@ from outbox.errors import ConfigError, InvalidInput
 from outbox.queries import BatchProgress, Pause, Scope, SyncConn
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
+from outbox.tracing import trace_context
 
 if TYPE_CHECKING:
     from outbox.queries import AsyncAppConn
@@ -76,6 +77,7 @@ def _enqueue_many_steps(
         batch=batch,
         lane=lane,
         bot=bot_id,
+        trace=trace_context(),
     )
 
 

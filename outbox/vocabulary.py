@@ -69,6 +69,8 @@ OUTBOX: tuple[Name, ...] = (
     _name("earliest", "eng_erta", "may go from this time on, to keep a peak on time"),
     _name("expires_at", "eskirish", "never sent after this time"),
     _name("bot", "bot", "the public id of the bot that sends it (NULL: the relay's one token)"),
+    _name("traceparent", "traceparent", "the W3C trace context of the span that enqueued it"),
+    _name("tracestate", "tracestate", "that span's W3C tracestate, if it had one"),
 )
 
 # The sent marker (table yuborilgan) as a message shows it.

@@ -18,11 +18,12 @@ the later of the two edits is "not modified" and counts as done.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
-from typing import Any, TypeAlias, TypeVar
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar
 from urllib.parse import urlsplit
 
 import sqlalchemy as sa
@@ -35,8 +36,12 @@ from telegram.ext import Application, CallbackQueryHandler, ContextTypes, Messag
 from outbox.db import create_engine
 from outbox.redact import redact, register_secret
 from outbox.telegram import bot_id_of
+from outbox.tracing import configure_from_env
 from reminders import chat
 from reminders.messages import CALLBACK_ANSWER_LIMIT, fit_html, shorten
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 __all__ = ["BotConfig", "build_application", "run_bot"]
 
@@ -60,6 +65,8 @@ _COMMANDS = [
     BotCommand("tz", "vaqt zonasi: /tz Europe/Berlin"),
     BotCommand("help", "yordam"),
 ]
+# The commands a span is named after ("vazifalar /add"); any other is "/other".
+_TRACED_COMMANDS = frozenset({"/start", *(f"/{c.command}" for c in _COMMANDS)})
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,10 +87,13 @@ class BotConfig:
 class _Handlers:
     """The update handlers, bound to one database engine and one bot id."""
 
-    def __init__(self, engine: sa.Engine, bot_id: int) -> None:
+    def __init__(
+        self, engine: sa.Engine, bot_id: int, tracer_provider: TracerProvider | None = None
+    ) -> None:
         self._engine = engine
         self._bot_id = bot_id
         self._handled = 0
+        self._tracer = None if tracer_provider is None else tracer_provider.get_tracer(__name__)
 
     def transaction(self, work: Callable[[Session], T], attempts: int = _DB_ATTEMPTS) -> T:
         """Run ``work`` in one transaction; retry a few times when the database is away.
@@ -102,13 +112,38 @@ class _Handlers:
                 time.sleep(0.5 * 2**attempt)
         raise AssertionError("unreachable")
 
-    async def _handle(self, work: Callable[[Session], T]) -> T:
+    async def _handle(self, work: Callable[[Session], T], update: Update) -> T:
         """``work`` in a transaction of its own, off the event loop."""
-        result = await asyncio.to_thread(self.transaction, work)
+        with self._traced(update):
+            # The thread runs in a copy of this context: what it enqueues joins the span.
+            result = await asyncio.to_thread(self.transaction, work)
         self._handled += 1
         if self._handled % _FORGET_EVERY == 0:
             await asyncio.to_thread(self.transaction, chat.forget_old_updates)
         return result
+
+    @contextlib.contextmanager
+    def _traced(self, update: Update) -> Iterator[None]:
+        """With tracing on, a span for the update's handling: the replies and reminders it
+        enqueues carry its trace context, and the relay's sends of them join the trace."""
+        if self._tracer is None:
+            yield
+            return
+        from opentelemetry.trace import SpanKind  # noqa: PLC0415 - the otel extra, loaded by now
+
+        text = update.message.text if update.message and update.message.text else ""
+        command = text.split(maxsplit=1)[0].split("@", 1)[0].lower() if text[:1] == "/" else ""
+        if command and command not in _TRACED_COMMANDS:
+            command = "/other"  # a span's name comes from a short list, never from input
+        kind = "button" if update.callback_query else (command or "message")
+        attributes: dict[str, str | int] = {
+            "telegram.update_id": update.update_id,
+            "vazifalar.update": kind,
+        }
+        with self._tracer.start_as_current_span(
+            f"vazifalar {kind}", kind=SpanKind.SERVER, attributes=attributes
+        ):
+            yield
 
     def _incoming(self, update: Update) -> chat.Incoming | None:
         where, who = update.effective_chat, update.effective_user
@@ -128,13 +163,13 @@ class _Handlers:
             return
         if message.migrate_to_chat_id:
             new_chat = message.migrate_to_chat_id
-            await self._handle(lambda s: chat.handle_migration(s, incoming, new_chat))
+            await self._handle(lambda s: chat.handle_migration(s, incoming, new_chat), update)
             return
         # A private message without text (a photo, a sticker) is answered as one not understood.
         text = message.text or ""
         if not (text or incoming.private):
             return
-        if not await self._handle(lambda s: chat.handle_text(s, incoming, text)):
+        if not await self._handle(lambda s: chat.handle_text(s, incoming, text), update):
             log.info("update %s was handled by another bot process", update.update_id)
 
     async def on_button(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
@@ -146,7 +181,9 @@ class _Handlers:
             await _answer(query, "Bu tugma eskirgan.")
             return
         data, message_id = query.data, message.message_id
-        outcome = await self._handle(lambda s: chat.handle_button(s, incoming, message_id, data))
+        outcome = await self._handle(
+            lambda s: chat.handle_button(s, incoming, message_id, data), update
+        )
         if outcome is None:  # another bot process handled this update and answers it
             log.info("update %s was handled by another bot process", update.update_id)
             return
@@ -211,12 +248,17 @@ async def _quietly(call: Awaitable[object]) -> None:
         log.warning("could not answer the button press: %s", redact(str(err)))
 
 
-def build_application(config: BotConfig, engine: sa.Engine) -> _App:
-    """The bot's ``Application`` with its handlers; run it with ``run_bot``."""
+def build_application(
+    config: BotConfig, engine: sa.Engine, tracer_provider: TracerProvider | None = None
+) -> _App:
+    """The bot's ``Application`` with its handlers; run it with ``run_bot``. With
+    ``tracer_provider``, each update's handling is a span."""
     register_secret(config.token)
     if config.webhook_secret:
         register_secret(config.webhook_secret, "[secret]")
-    handlers = _Handlers(engine, bot_id=int(bot_id_of(config.token)))
+    handlers = _Handlers(
+        engine, bot_id=int(bot_id_of(config.token)), tracer_provider=tracer_provider
+    )
 
     async def post_init(app: _App) -> None:
         await app.bot.set_my_commands(_COMMANDS)
@@ -245,11 +287,13 @@ def build_application(config: BotConfig, engine: sa.Engine) -> _App:
 
 def run_bot(config: BotConfig) -> None:
     """Run until SIGINT or SIGTERM: long polling, or the webhook server if a URL is set."""
+    # Traces only when OTEL_* variables ask for them, as for the relay (outbox.tracing).
+    tracer_provider = configure_from_env("vazifalar-bot")
     # A pooled connection is tried before use: after a failover (or a restart) the pool's
     # connections to the old server are dropped and a new one goes where the URL leads.
     engine = create_engine(config.database_url, pool_pre_ping=True)
     try:
-        app = build_application(config, engine)
+        app = build_application(config, engine, tracer_provider)
         allowed = [Update.MESSAGE, Update.CALLBACK_QUERY]
         if config.webhook_url:
             app.run_webhook(
@@ -266,3 +310,5 @@ def run_bot(config: BotConfig) -> None:
             )
     finally:
         engine.dispose()
+        if tracer_provider is not None:
+            tracer_provider.shutdown()

@@ -60,6 +60,7 @@ from outbox.ratelimit import RateLimits
 from outbox.redact import redact, redact_url
 from outbox.retry import RetryPolicy
 from outbox.schema import DEFAULT_QUEUE
+from outbox.tracing import configure_from_env
 
 if TYPE_CHECKING:
     from outbox.relay import Relay
@@ -307,6 +308,8 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     # The settings are checked before the database is named (or an embedded one started): a
     # refused setting is the only line.
     settings = _relay_config(args, url="")
+    # Traces only when OTEL_* variables ask for them (outbox.tracing); None: no spans at all.
+    tracer_provider = configure_from_env("outbox-relay")
     config = dataclasses.replace(settings, database_url=database_url(args))
     if config.listen_database_url is not None:
         logging.getLogger("outbox").info("LISTEN on %s", redact_url(config.listen_database_url))
@@ -324,7 +327,7 @@ def _cmd_relay(args: argparse.Namespace) -> int:
     logging.getLogger("outbox.relay").info("Bot API %s, %s", redact(api_url.rstrip("/")), which)
 
     async def run() -> int:
-        relay = Relay(config, bots)
+        relay = Relay(config, bots, tracer_provider=tracer_provider)
         _stop_on_signals(relay, grace=config.grace_seconds)
         try:
             with _metrics(relay, args):
@@ -341,6 +344,9 @@ def _cmd_relay(args: argparse.Namespace) -> int:
                         summary = await relay.run(drain=args.drain)
         finally:
             faulthandler.cancel_dump_traceback_later()
+            if tracer_provider is not None:
+                # The last spans, exported before the process ends (not left to atexit).
+                tracer_provider.shutdown()
         print(
             f"relay stopped: {summary.sent} sent, {summary.already_sent} already sent, "
             f"{summary.retried} to retry, {summary.failed} failed, "

@@ -14,6 +14,7 @@ from typing import Any, NamedTuple
 
 from outbox.queries._common import Steps, _text
 from outbox.schema import DEFAULT_QUEUE
+from outbox.tracing import NO_TRACE, TraceContext
 
 # --- enqueue: runs inside the caller's transaction, never commits ---------------------------
 
@@ -29,7 +30,7 @@ class Lane(NamedTuple):
 _ENQUEUE = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                          eng_erta, eskirish, bot)
+                          eng_erta, eskirish, bot, traceparent, tracestate)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb),
             -- A follow-up is due no sooner than its original, if that still waits (nor
             -- later than its own expiry: the claim then fails it as expired).
@@ -40,7 +41,8 @@ WITH inserted AS (
                                   AND w.holat = {pending}) END),
                   CAST(:eskirish AS timestamptz)),
             :navbat, CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
-            CAST(:eskirish AS timestamptz), CAST(:bot AS text))
+            CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
+            CAST(:tracestate AS text))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -65,8 +67,10 @@ def enqueue(
     batch: str | None = None,
     lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
     bot: str | None = None,
+    trace: TraceContext = NO_TRACE,
 ) -> Steps:
-    """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
+    """Insert one message; the result is ``(id, created)``. An existing key returns its row.
+    ``trace``: the enqueuing span's context, kept for the relay's span of the send."""
     params = {
         "ustuvorlik": lane.priority,
         "eng_erta": lane.earliest,
@@ -78,6 +82,8 @@ def enqueue(
         "navbat": queue,
         "partiya": batch,
         "bot": bot,
+        "traceparent": trace.traceparent,
+        "tracestate": trace.tracestate,
     }
     row = (yield _text(_ENQUEUE, schema), params).first()
     if row is None:

@@ -19,6 +19,7 @@ from outbox.queries.app import Lane
 from outbox.queries.operator import cancel_waiting
 from outbox.queries.pause import Pause, Scope
 from outbox.schema import DEFAULT_QUEUE
+from outbox.tracing import NO_TRACE, TraceContext
 
 __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 
@@ -29,10 +30,11 @@ __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 _ENQUEUE_MANY = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                          eng_erta, eskirish, bot)
+                          eng_erta, eskirish, bot, traceparent, tracestate)
     SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
            CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
-           CAST(:eskirish AS timestamptz), CAST(:bot AS text)
+           CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
+           CAST(:tracestate AS text)
     FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING 1
@@ -51,8 +53,10 @@ def enqueue_many(
     batch: str | None = None,
     lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
     bot: str | None = None,
+    trace: TraceContext = NO_TRACE,
 ) -> Steps:
-    """Insert ``(key, payload)`` pairs in one statement; the result is how many were new."""
+    """Insert ``(key, payload)`` pairs in one statement; the result is how many were new.
+    ``trace``: the enqueuing span's context, the same for every row (one request's)."""
     if not messages:
         return 0
     rows = json.dumps(
@@ -70,6 +74,8 @@ def enqueue_many(
         "eng_erta": lane.earliest,
         "eskirish": lane.expires_at,
         "bot": bot,
+        "traceparent": trace.traceparent,
+        "tracestate": trace.tracestate,
     }
     result = yield _text(_ENQUEUE_MANY, schema), params
     return int(result.scalar_one())

@@ -46,6 +46,9 @@ class ClaimedRow(NamedTuple):
     original: Any = None
     original_state: str | None = None
     expires_in: float | None = None  # seconds from the claim until its expiry (<= 0: expired)
+    # The W3C trace context of the span that enqueued it (outbox.tracing); None: no trace.
+    traceparent: str | None = None
+    tracestate: str | None = None
 
 
 class ClaimLimits(NamedTuple):
@@ -249,5 +252,5 @@ def _claimed(r: Sequence[Any]) -> ClaimedRow:
     original = r[9]
     return ClaimedRow(
         r[0], r[1], r[2], read_json(r[3]), r[4], r[5], r[6], r[7], r[8],
-        None if original is None else read_json(original), r[10], r[11],
+        None if original is None else read_json(original), r[10], r[11], r[12], r[13],
     )  # fmt: skip

@@ -64,6 +64,7 @@ class Message:
     earliest: datetime | None = None  # eng_erta: may go from then (its window opens)
     expires_at: datetime | None = None  # eskirish: never sent after then
     bot: str | None = None  # the public id of the bot that sends it (outbox_0011)
+    traceparent: str | None = None  # the enqueuing span's W3C trace context (outbox_0015)
 
     @property
     def method(self) -> str:
@@ -121,6 +122,7 @@ def _message(row: Any) -> Message:
         earliest=row.earliest,
         expires_at=row.expires_at,
         bot=row.bot,
+        traceparent=row.traceparent,
     )
 
 

@@ -41,9 +41,21 @@ log = logging.getLogger("outbox.relay")
 class Relay:
     """Use as ``async with Relay(config, bots) as relay: await relay.run()``. ``bots`` is a
     sender (one token: a set of one bot) or a source of bots (``outbox.relay.lanes``: a folder
-    of tokens); the relay serves each bot in a lane of its own."""
+    of tokens); the relay serves each bot in a lane of its own.
 
-    def __init__(self, config: RelayConfig, bots: BotSource | Sender) -> None:
+    Each send is a span in the trace of the request that enqueued the row
+    (``outbox.relay.tracing``), made by ``tracer_provider`` (an OpenTelemetry
+    ``TracerProvider``) or, without one, by the process's provider if the host set one; with
+    neither, no span is made.
+    """
+
+    def __init__(
+        self,
+        config: RelayConfig,
+        bots: BotSource | Sender,
+        *,
+        tracer_provider: object | None = None,
+    ) -> None:
         self.config = config
         source = bots if isinstance(bots, BotSource) else GivenBots([bots])
         # No new claims and no new sends once set (the claimer's stop, the first of every stop).
@@ -85,6 +97,7 @@ class Relay:
             wakeup=self._wakeup,
             health=self.health,
             on_none_left=self._fail,
+            tracer_provider=tracer_provider,
         )
         self.flood = self.lanes  # the relay's pause: its bots' longest (the metrics read it)
         self.claimer = Claimer(

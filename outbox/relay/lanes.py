@@ -31,6 +31,7 @@ from outbox.relay.startup import wait_until_reachable
 from outbox.relay.store import Store
 from outbox.relay.summary import RunSummary
 from outbox.relay.tokens import BotToken, TokenFolder
+from outbox.relay.tracing import send_tracer
 from outbox.telegram import Sender, TelegramPool
 
 __all__ = ["BotSource", "GivenBots", "Lane", "LaneState", "Lanes", "TokenBots"]
@@ -141,6 +142,7 @@ class Lanes:
         wakeup: asyncio.Event,
         health: Health,
         on_none_left: Callable[[BaseException], None],
+        tracer_provider: object | None = None,
     ) -> None:
         self.name = "lanes"
         self.source = source
@@ -153,6 +155,7 @@ class Lanes:
         self._wakeup = wakeup  # the claimer's: a bot that starts serving has work
         self._health = health
         self._on_none_left = on_none_left
+        self._tracer_provider = tracer_provider  # None: the process's own, if it has one
         self._stop = asyncio.Event()
         self._hurry = asyncio.Event()
         self.lanes: dict[str, Lane] = {}
@@ -232,6 +235,7 @@ class Lanes:
             total=self._total,
             on_unauthorized=rejected,
             wakeup=self._wakeup,
+            tracer=send_tracer(self._tracer_provider, bot),
         )
         claim = LaneClaim(
             self._claim_store,

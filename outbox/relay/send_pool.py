@@ -25,6 +25,7 @@ from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
+from outbox.relay.tracing import SendSpan, SendTracer
 from outbox.relay.workers import Workers
 from outbox.retry import Decision, RetryPolicy, RowFacts, decide, expiry, hand_back
 from outbox.states import FailureCode, State
@@ -92,8 +93,11 @@ class SendPool:
         total: RunSummary,
         on_unauthorized: Callable[[TelegramUnauthorized], None],
         wakeup: asyncio.Event | None = None,
+        tracer: SendTracer | None = None,
     ) -> None:
         self._sender = sender
+        self._tracer = tracer  # None: no spans (outbox.relay.tracing)
+        self._spans: dict[int, SendSpan] = {}  # id(row): its span, while it is handled
         self._reserved = bool(limits.per_bot or limits.chat_gap or limits.group_gap)
         self._late_for_slot = late_for_slot(limits.per_bot)
         self._retry = retry
@@ -159,6 +163,8 @@ class SendPool:
         outcome; return once the outcome is written."""
         expires_at = None if row.expires_in is None else checked_at + row.expires_in
         self._facts[id(row)] = RowFacts(row.attempts, expires_at)
+        if self._tracer is not None:
+            self._spans[id(row)] = self._tracer.start(row)
         try:
             await self._deliver(row, checked_at)
         except Exception as err:  # a bug must not strand the row until the lease
@@ -196,11 +202,15 @@ class SendPool:
             self._facts.pop(id(row), None)
             if self._moved:
                 self._moved.pop(id(row), None)
+            if self._spans:
+                span = self._spans.pop(id(row), None)
+                if span is not None:
+                    span.end()
 
     async def _deliver(self, row: queries.ClaimedRow, checked_at: float) -> None:  # noqa: PLR0911 - one exit per fate
         if row.already_sent:
             self._total.already_sent += 1
-            self._completer.record(queries.Outcome.for_row(row, State.DONE))
+            self._record(row, queries.Outcome.for_row(row, State.DONE))
             return
         if self._expired(row):  # the claim takes expired rows too: they end here
             return
@@ -348,7 +358,8 @@ class SendPool:
 
     def _mark_sent(self, row: queries.ClaimedRow, sent: SentMessage) -> None:
         self._total.sent += 1
-        self._completer.record(
+        self._record(
+            row,
             queries.Outcome.for_row(
                 row,
                 State.DONE,
@@ -357,7 +368,7 @@ class SendPool:
                 message_id=sent.message_id,
                 message_ids=sent.message_ids,
                 new_chat_id=self._moved.get(id(row)),
-            )
+            ),
         )
         self._delivered.pop(id(row), None)  # recorded: nothing left to make up for
 
@@ -370,7 +381,7 @@ class SendPool:
             )
         except Exception:  # noqa: BLE001 - the bug again: done is still the truth
             outcome = queries.Outcome.for_row(row, State.DONE)
-        self._completer.record(outcome)
+        self._record(row, outcome)
 
     def _handle_failure(self, row: queries.ClaimedRow, failure: Failure) -> None:
         if failure.kind is FailureKind.UNAUTHORIZED:
@@ -431,7 +442,8 @@ class SendPool:
                     decision.error,
                     extra=about,
                 )
-        self._completer.record(
+        self._record(
+            row,
             queries.Outcome.for_row(
                 row,
                 decision.state,
@@ -441,8 +453,13 @@ class SendPool:
                 new_attempts=decision.attempts,
                 # A group that moved stays moved, whatever happened to the resend.
                 new_chat_id=self._moved.get(id(row)),
-            )
+            ),
         )
+
+    def _record(self, row: queries.ClaimedRow, outcome: queries.Outcome) -> None:
+        if self._spans and id(row) in self._spans:
+            self._spans[id(row)].outcome = outcome  # the span ends once it is written
+        self._completer.record(outcome)
 
 
 def _about(row: queries.ClaimedRow, chat_id: object = None) -> dict[str, object]:

@@ -9,7 +9,7 @@
 -- a key or the start of one; :number, a row id or a chat id (the payload's or the marker's).
 SELECT o.id AS id, o.tur AS kind, o.navbat AS queue, o.kalit AS key, o.holat AS state,
        o.urinish AS attempts, o.oxirgi_xato AS last_error, o.xato_turi AS error_code,
-       o.partiya AS batch, o.ustuvorlik AS priority, o.bot AS bot,
+       o.partiya AS batch, o.ustuvorlik AS priority, o.bot AS bot, o.traceparent AS traceparent,
        o.payload::text AS payload, o.tarix::text AS history,
        CASE WHEN isfinite(o.keyingi_urinish) THEN o.keyingi_urinish END AS next_attempt_at,
        CASE WHEN isfinite(o.band_vaqti) THEN o.band_vaqti END AS claimed_at,

@@ -95,7 +95,8 @@ async def batch_report(request: web.Request) -> web.StreamResponse:
         if progress.total == 0:
             raise NotFound(f"no outbox rows in batch {name!r}")
         pages = ops.batch_report_async(conn, name, schema=schema)
-        first: list[tuple[Any, ...]] = await anext(pages, [])  # a fault before the first byte is still a page
+        # Read before the answer starts: a fault until then is still an error page.
+        first: list[tuple[Any, ...]] = await anext(pages, [])
         response = web.StreamResponse(headers=SECURITY_HEADERS)
         response.content_type = "text/csv"
         response.charset = "utf-8"

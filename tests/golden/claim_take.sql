@@ -36,4 +36,5 @@ RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,
               (SELECT m.holat || coalesce(':' || m.xato_turi, '') FROM "public".outbox m
                WHERE m.kalit = o.payload ->> 'message_key') END AS original_state,
           CASE WHEN isfinite(o.eskirish)
-               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in
+               THEN extract(epoch FROM o.eskirish - clock_timestamp())::float8 END AS expires_in,
+          o.traceparent AS traceparent, o.tracestate AS tracestate

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
+import psycopg
 import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -57,10 +58,13 @@ __all__ = [
     "is_test_module",
     "make_relay",
     "missing_tool",
+    "outbox_columns",
     "outcome_writer",
+    "printed_spans",
     "relay_env",
     "row",
     "rows_and_markers",
+    "rows_fingerprint",
     "run_cli",
     "run_module",
     "send_pool",
@@ -110,7 +114,9 @@ DEFAULT_LIMITS = {
 }
 
 
-def make_relay(db_url: str, fake: FakeTelegram, **config: Any) -> Relay:
+def make_relay(
+    db_url: str, fake: FakeTelegram, tracer_provider: object | None = None, **config: Any
+) -> Relay:
     """A relay in this process against ``db_url`` and the fake; rate limits off by default."""
     cfg = RelayConfig(database_url=db_url, **{"rate_limits": UNLIMITED, **config})
     sender = TelegramSender(
@@ -119,7 +125,7 @@ def make_relay(db_url: str, fake: FakeTelegram, **config: Any) -> Relay:
         pool_size=cfg.concurrency,
         read_timeout=cfg.telegram_timeout,
     )
-    return Relay(cfg, sender)
+    return Relay(cfg, sender, tracer_provider=tracer_provider)
 
 
 def insert_raw(conn: sa.Connection | Session, key: str, payload: Any) -> None:
@@ -135,7 +141,9 @@ def relay_env(db_url: str, api_url: str, **settings: str) -> dict[str, str]:
 
     ``settings`` adds or overrides variables (``OUTBOX_LEASE="2s"`` and so on).
     """
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_"))}
+    env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("OUTBOX_", "TELEGRAM_", "OTEL_"))
+    }
     env.update(
         OUTBOX_DATABASE_URL=db_url,
         TELEGRAM_BOT_TOKEN=TEST_TOKEN,
@@ -610,3 +618,37 @@ def rows_and_markers(engine: sa.Engine) -> tuple[list[str], list[str]]:
         rows = conn.exec_driver_sql("SELECT kalit FROM outbox ORDER BY kalit").scalars()
         markers = conn.exec_driver_sql("SELECT kalit FROM yuborilgan ORDER BY 1").scalars()
         return list(rows), list(markers)
+
+
+def printed_spans(output: str) -> list[dict[str, Any]]:
+    """The spans OpenTelemetry's console exporter printed (JSON documents), among a process's
+    other lines."""
+    decoder, spans, at = json.JSONDecoder(), [], output.find("{")
+    while at != -1:
+        try:
+            found, end = decoder.raw_decode(output, at)
+        except ValueError:
+            found, end = None, at + 1
+        if isinstance(found, dict) and "context" in found:
+            spans.append(found)
+        at = output.find("{", end)
+    return spans
+
+
+def outbox_columns(conn: psycopg.Connection[Any]) -> list[str]:
+    """The outbox table's columns now, in order (a later revision may add its own)."""
+    found = conn.execute(
+        "SELECT column_name FROM information_schema.columns "
+        "WHERE table_schema = current_schema() AND table_name = 'outbox' "
+        "ORDER BY ordinal_position"
+    )
+    return [str(r[0]) for r in found]
+
+
+def rows_fingerprint(conn: psycopg.Connection[Any], columns: list[str]) -> object:
+    """Every outbox row's values of ``columns``, in one hash: a revision kept them all."""
+    values = ", ".join(f"o.{c}" for c in columns)
+    found = conn.execute(
+        f"SELECT md5(string_agg(row({values})::text, ',' ORDER BY id)) FROM outbox o"
+    )
+    return found.fetchone()

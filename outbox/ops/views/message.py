@@ -82,6 +82,7 @@ SHOWN_FIELDS = (
     "batch",
     "created_at",
     "updated_at",
+    "traceparent",
 )
 
 # What a tarix entry leads with: the failure, or what an operator did.
