@@ -23,6 +23,7 @@ from outbox.config import RelayConfig
 from outbox.ratelimit import RateLimits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.reach import TelegramReach
 from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
@@ -68,10 +69,12 @@ class LaneClaim:
         total: RunSummary,
         stopping: asyncio.Event,
         takes_unnamed_rows: bool,
+        reach: TelegramReach | None = None,
     ) -> None:
         self._store = store
         self._config = config
         self._flood = flood
+        self._reach = reach
         self._total = total
         self._stopping = stopping
         # The claim's bot_rows: False also claims the rows that name no bot.
@@ -107,9 +110,17 @@ class LaneClaim:
         paused = self._flood.paused_for(now)
         if paused > 0:
             return ClaimPlan(0, paused)  # flood control: nothing until the pause ends
+        if self.cut_off:
+            # Telegram cannot be reached: nothing until the probe finds it (and wakes us).
+            return ClaimPlan(0, config.poll_interval)
         if free >= min_claim:
             return ClaimPlan(min(free, config.batch_size), config.poll_interval)
         return ClaimPlan(0, config.poll_interval)
+
+    @property
+    def cut_off(self) -> bool:
+        """This relay cannot reach Telegram for the lane's bot now."""
+        return self._reach is not None and self._reach.down
 
     def settle(self, timing: queries.QueueTiming, *, deferred_until: float) -> float | None:
         """Take in the timing of this lane's rows: seconds until there may be work (None:
@@ -276,7 +287,7 @@ class Claimer:
             return False, claim.blocked_until - now, False
         plan = claim.plan(now, in_flight=pool.in_flight, written=pool.finished)
         want = plan.want
-        if whole_batch and not lane.flood.paused_for(now):
+        if whole_batch and not lane.flood.paused_for(now) and not claim.cut_off:
             want = self._config.batch_size
         if not want:
             return False, plan.wait, False  # paused, or no free slot (a freed one wakes us)

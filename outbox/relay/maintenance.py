@@ -139,6 +139,7 @@ class Maintenance:
         return reaped
 
     def _between_batches(self, _deleted: int) -> None:
+        self._store.answered()  # a long retention is progress, not silence
         if self._stop.is_set():
             raise _StopAsked  # the batch is committed; the rest waits for another round
 

@@ -23,6 +23,7 @@ from outbox.errors import TelegramUnauthorized
 from outbox.payload import Request, is_basic, request_of
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.reach import TelegramReach
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.relay.workers import Workers
@@ -92,8 +93,10 @@ class SendPool:
         total: RunSummary,
         on_unauthorized: Callable[[TelegramUnauthorized], None],
         wakeup: asyncio.Event | None = None,
+        reach: TelegramReach | None = None,
     ) -> None:
         self._sender = sender
+        self._reach = reach  # None: no pause for a Bot API that cannot be reached (tests)
         self._reserved = bool(limits.per_bot or limits.chat_gap or limits.group_gap)
         self._late_for_slot = late_for_slot(limits.per_bot)
         self._retry = retry
@@ -329,7 +332,15 @@ class SendPool:
 
     def _held_by_flood_control(self, row: queries.ClaimedRow) -> bool:
         """While the bot is paused nothing goes out: the row goes back to the queue, due when
-        the pause ends, and its next claim gives it a new moment. True if it went back."""
+        the pause ends, and its next claim gives it a new moment. True if it went back.
+
+        While this relay cannot reach Telegram for the bot, the row goes back keeping its
+        place: the lane claims nothing until a probe finds Telegram again."""
+        if self._reach is not None and self._reach.down:
+            self._reach.handed_back()
+            self._total.deferred += 1
+            self._apply(row, hand_back(asyncio.get_running_loop().time(), self._facts_of(row)))
+            return True
         paused = self._flood.paused_for(asyncio.get_running_loop().time())
         if paused <= 0:
             return False
@@ -382,6 +393,15 @@ class SendPool:
                 )
             )
             return
+        if failure.kind is FailureKind.UNREACHABLE:
+            # Not the message's fault either: the bot pauses in this relay, the row goes back
+            # keeping its place and its attempts (the retry policy says so).
+            if self._reach is None:  # no pause holds the lane back: the row waits instead
+                self._hand_back(row, self._retry.base_seconds)
+                return
+            self._total.deferred += 1
+            self._reach.lost(failure.reason)
+            self._reach.handed_back()
         if failure.retry_after:
             # Flood control is per bot: every send of this bot waits, not only this row, and
             # so do the other relays (flood control tells them at once).
