@@ -1,0 +1,78 @@
+"""A statement the database never answers (a hung pooler, a commit waiting for a synchronous
+standby that is gone) is bounded by the relay's own clock: the store cuts the connection,
+says why, and the next step runs on a fresh connection. Here the server is made to sit on a
+statement (``pg_sleep``); ``tests/e2e/test_network_cut.py`` cuts a real link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+import psycopg
+import pytest
+
+from outbox.relay.store import DatabaseLost, Store
+
+
+async def _sleep(conn: psycopg.AsyncConnection[Any]) -> None:
+    await conn.execute("SELECT pg_sleep(30)")
+
+
+async def _pid(conn: psycopg.AsyncConnection[Any]) -> int:
+    found = await (await conn.execute("SELECT pg_backend_pid()")).fetchone()
+    assert found is not None
+    return int(found[0])
+
+
+def test_a_step_without_an_answer_loses_its_connection_within_the_timeout(
+    db_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def scenario() -> tuple[float, int, int]:
+        store = Store(db_url, "claim", asyncio.Event(), answer_timeout=0.5)
+        try:
+            first = await store.run(_pid)
+            started = time.monotonic()
+            with pytest.raises(DatabaseLost, match=r"no answer from the database for 0\.5 s"):
+                await store.run(_sleep)
+            took = time.monotonic() - started
+            return took, first, await store.run(_pid, retry=True)
+        finally:
+            await store.close()
+
+    took, first, second = asyncio.run(scenario())
+    assert took < 3.0  # the timeout, not the statement's 30 s (nor a cancel request's wait)
+    assert second != first  # a fresh connection
+    said = [r.getMessage() for r in caplog.records if r.name == "outbox.relay"]
+    assert any("no answer from the database" in line for line in said), said
+    assert not [r for r in caplog.records if r.name == "psycopg"]  # no cancel dance
+
+
+def test_a_long_step_that_reports_progress_is_not_cut(db_url: str) -> None:
+    async def scenario() -> int:
+        store = Store(db_url, "maintenance", asyncio.Event(), answer_timeout=0.5)
+
+        async def batches(conn: psycopg.AsyncConnection[Any]) -> int:
+            for _ in range(4):  # 1.2 s in all, never 0.5 s without progress
+                await conn.execute("SELECT pg_sleep(0.3)")
+                store.answered()
+            return 4
+
+        try:
+            return await store.run(batches)
+        finally:
+            await store.close()
+
+    assert asyncio.run(scenario()) == 4
+
+
+def test_a_step_that_waits_for_notifications_is_not_bounded(db_url: str) -> None:
+    async def scenario() -> None:
+        store = Store(db_url, "listen", asyncio.Event(), answer_timeout=0.2)
+        try:
+            await store.run(lambda conn: conn.execute("SELECT pg_sleep(0.6)"), bounded=False)
+        finally:
+            await store.close()
+
+    asyncio.run(scenario())
