@@ -61,6 +61,7 @@ class TelegramReach:
         self.reason = ""
         self._since = 0.0
         self._handed_back = 0  # rows sent back to the queue during this cut
+        self._retried = 0  # rows whose send was out when the cut began: attempts counted
         self._lost = asyncio.Event()
         self._stop = asyncio.Event()
 
@@ -69,7 +70,7 @@ class TelegramReach:
         if self.down:
             return
         self.down, self.reason, self._since = True, reason, self._clock()
-        self._handed_back = 0
+        self._handed_back = self._retried = 0
         log.warning("cannot reach Telegram for bot %s: %s; pausing its sends", self.bot, reason)
         self._lost.set()
         self._on_change()
@@ -77,6 +78,14 @@ class TelegramReach:
     def handed_back(self) -> None:
         """A row of the bot went back to the queue unsent because of the cut."""
         self._handed_back += 1
+
+    def retried_in_cut(self) -> bool:
+        """A row's send failed and will be retried; True if that happened during a cut (its
+        request left as the cut began, no answer came: maybe delivered): the summary counts
+        it instead of a line of its own."""
+        if self.down:
+            self._retried += 1
+        return self.down
 
     # --- the probe -----------------------------------------------------------------------
 
@@ -108,22 +117,24 @@ class TelegramReach:
                 next_summary = now + summary_every
                 log.warning(
                     "Telegram still cannot be reached for bot %s after %.0f s (%d probes, "
-                    "%d rows handed back)",
+                    "%d rows handed back, %d retried)",
                     self.bot,
                     now - self._since,
                     probes,
                     self._handed_back,
+                    self._retried,
                 )
 
     def _resumed(self, probes: int) -> None:
         self.down = False
         log.info(
             "Telegram answers again for bot %s after %.0f s (%d probes); %d rows were handed "
-            "back unsent; sending resumes",
+            "back unsent, %d retried (sent as it began: maybe delivered); sending resumes",
             self.bot,
             self._clock() - self._since,
             probes,
             self._handed_back,
+            self._retried,
         )
         self._on_change()
         self._wakeup.set()

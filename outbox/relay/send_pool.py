@@ -444,7 +444,10 @@ class SendPool:
                 log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
             else:
                 self._total.retried += 1
-                log.info(
+                # During a cut the bot's summary counts them (sends that were out when it
+                # began): one line each would flood the log.
+                quiet = self._reach is not None and self._reach.retried_in_cut()
+                (log.debug if quiet else log.info)(
                     "outbox %s retry in %.1f s: %s",
                     row.id,
                     decision.delay_seconds or 0.0,

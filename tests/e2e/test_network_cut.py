@@ -134,7 +134,7 @@ def namespace() -> Iterator[Namespace]:
 
 
 class Probes:
-    """``/readyz`` and ``/healthz`` of the relay, read every half second in a thread."""
+    """``/readyz`` and ``/healthz`` of the relay, read every second in a thread."""
 
     def __init__(self, address: str) -> None:
         self._root = f"http://{address}:{METRICS_PORT}"
@@ -153,8 +153,16 @@ class Probes:
             return 0  # not listening yet
 
     def _run(self) -> None:
-        while not self._stop.wait(0.5):
+        while not self._stop.wait(1.0):
             self.seen.append((time.monotonic(), self._status("/readyz"), self._status("/healthz")))
+
+    def metric(self, name: str) -> float:
+        """A gauge of the relay's ``/metrics``."""
+        with urllib.request.urlopen(self._root + "/metrics", timeout=5) as answer:
+            text = answer.read().decode()
+        values = [line.split()[-1] for line in text.splitlines() if line.startswith(name + " ")]
+        assert values, text
+        return float(values[0])
 
     def between(self, start: float, end: float) -> list[tuple[float, int, int]]:
         return [s for s in self.seen if start <= s[0] <= end]
@@ -182,6 +190,7 @@ class CutFigures:
     lines: int  # log lines from the cut until delivery resumed
     ready_during: list[int]
     healthy_during: list[int]
+    unreachable_bots: float  # the gauge, read at the end of the cut
 
     def __str__(self) -> str:
         return (
@@ -218,6 +227,7 @@ def cut_mid_drain(
     link.cut()
     time.sleep(seconds)
     cpu_cut = cpu_seconds(relay.pid) - cpu
+    unreachable = probes.metric("outbox_relay_unreachable_bots")
     repaired_at = time.monotonic()
     link.repair()
     delivered = wait_until(
@@ -243,6 +253,7 @@ def cut_mid_drain(
         lines_cut,
         ready_during=[s[1] for s in seen],
         healthy_during=[s[2] for s in seen],
+        unreachable_bots=unreachable,
     )
     print(f"\n{figures}")
     return figures
@@ -312,6 +323,7 @@ def test_a_relay_rides_out_cuts_of_its_database_link_and_its_bot_api_link(
                 first_chat=200_000,
             ),
         ]
+        unreachable_after = probes.metric("outbox_relay_unreachable_bots")
         assert relay.stop() == 0, relay.describe()
         log = relay.stderr
         final = states(engine)
@@ -328,8 +340,10 @@ def test_a_relay_rides_out_cuts_of_its_database_link_and_its_bot_api_link(
         assert cut.cpu < MAX_CPU_SECONDS, cut
         assert cut.lines < MAX_LOG_LINES, f"{cut}\n{log}"
         assert cut.ready_during and set(cut.ready_during) == {503}, (cut, log)
-    bot_api = figures[1]
+    database, bot_api = figures
+    assert "connection lost (no answer from the database for 10 s)" in log, log
     # Telegram's outage is no reason to restart the relay: /healthz stays 200.
     assert set(bot_api.healthy_during) == {200}, (bot_api, log)
+    assert (database.unreachable_bots, bot_api.unreachable_bots, unreachable_after) == (0, 1, 0)
     assert log.count("cannot reach Telegram for bot") == 1, log
     assert "Traceback" not in log, log
