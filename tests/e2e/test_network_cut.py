@@ -103,6 +103,24 @@ class Namespace:
         _check(_ip("link", "set", outside, "up"))
         _check(_ip("-n", self.name, "addr", "add", f"{there}/30", "dev", inside))
         _check(_ip("-n", self.name, "link", "set", inside, "up"))
+        # The far end's hardware address, known for good: with the link down the relay's
+        # packets vanish, as across a partition, instead of a failed ARP's "no route to host".
+        mac = Path(f"/sys/class/net/{outside}/address").read_text().strip()
+        _check(
+            _ip(
+                "-n",
+                self.name,
+                "neigh",
+                "replace",
+                here,
+                "lladdr",
+                mac,
+                "nud",
+                "permanent",
+                "dev",
+                inside,
+            )
+        )
         link = Link(outside, here, there)
         self.links.append(link)
         return link
