@@ -13,7 +13,11 @@ from typing import Any
 import psycopg
 import pytest
 
+from outbox import queries
+from outbox.db import async_connect
+from outbox.queries.claim import CLAIM_IDLE_LIMIT_MS
 from outbox.relay.store import DatabaseLost, Store
+from outbox.schema import DEFAULT_BOT
 
 
 async def _sleep(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -76,3 +80,24 @@ def test_a_step_that_waits_for_notifications_is_not_bounded(db_url: str) -> None
             await store.close()
 
     asyncio.run(scenario())
+
+
+def test_a_claim_left_idle_mid_transaction_is_ended_by_the_server(db_url: str) -> None:
+    """Its lock on the bot's budget row would hold back every later claim of the bot until
+    the server's TCP gave up on a client behind a silent link."""
+
+    async def scenario() -> str:
+        conn = await async_connect(db_url)
+        try:
+            await queries.ensure_bot(conn, DEFAULT_BOT, schema="public")
+            async with conn.transaction():
+                await queries.claim_due(conn, 5, schema="public")
+                found = await (
+                    await conn.execute("SHOW idle_in_transaction_session_timeout")
+                ).fetchone()
+            assert found is not None
+            return str(found[0])
+        finally:
+            await conn.close()
+
+    assert asyncio.run(scenario()) == f"{CLAIM_IDLE_LIMIT_MS // 1000}s"
