@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -32,6 +34,8 @@ if TYPE_CHECKING:
     from outbox.relay.lanes import Lane, Lanes
 
 __all__ = ["DEFER_SLACK", "ClaimPlan", "Claimer", "LaneClaim", "fleet_limits"]
+
+log = logging.getLogger("outbox.relay")
 
 # Rows claimed ahead of the free send slots should start well within RECHECK_AFTER, so a lane
 # claims ahead only what it starts within half of it at the rate its slots have been freeing up
@@ -70,8 +74,10 @@ class LaneClaim:
         stopping: asyncio.Event,
         takes_unnamed_rows: bool,
         reach: TelegramReach | None = None,
+        held: Callable[[], Collection[int]] = frozenset,
     ) -> None:
         self._store = store
+        self._held = held  # the claimed rows the relay holds, in every lane
         self._config = config
         self._flood = flood
         self._reach = reach
@@ -81,6 +87,8 @@ class LaneClaim:
         self.takes_unnamed_rows = takes_unnamed_rows
         self._limits = fleet_limits(config.rate_limits, config.slot_horizon)
         self._bot_known = False  # the bot's state row exists
+        # A claim's answer was lost: it may have committed rows that nobody here holds.
+        self._unheard = False
         self._next_queue = 0
         self.held = False  # due rows wait for their chat, the bot's budget or a pause
         self.blocked_until = 0.0  # loop time: due rows locked by another claim, look later
@@ -166,7 +174,10 @@ class LaneClaim:
             if not self._bot_known:
                 await queries.ensure_bot(conn, bot, schema=schema)
                 self._bot_known = True
-            return await queries.claim_due(
+            if self._unheard:
+                await self._release_unheard(conn)
+            self._unheard = True  # until its answer is heard
+            rows = await queries.claim_due(
                 conn,
                 limit,
                 schema=schema,
@@ -175,6 +186,8 @@ class LaneClaim:
                 limits=self._limits,
                 bot_rows=not self.takes_unnamed_rows,
             )
+            self._unheard = False
+            return rows
 
         try:
             rows = await self._store.run(claim, retry=True)
@@ -182,6 +195,16 @@ class LaneClaim:
             return []
         self._total.claimed += len(rows)
         return rows
+
+    async def _release_unheard(self, conn: queries.AsyncConn) -> None:
+        """The last claim's answer was lost (the link went silent): rows it may have claimed
+        go back to the queue now, not after the lease."""
+        released = await queries.release_unheard_claims(
+            conn, schema=self._config.schema, holder=queries.claim_holder(), held=self._held()
+        )
+        self._unheard = False
+        if released:
+            log.warning("%d rows of a claim whose answer was lost went back to the queue", released)
 
 
 class Claimer:

@@ -115,6 +115,8 @@ class SendPool:
         self._delivered: dict[int, SentMessage] = {}
         self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
         self._facts: dict[int, RowFacts] = {}  # id(row): what the retry policy needs of it
+        # Database ids of the claimed rows taken on and not done with (outcome not written).
+        self.held_ids: set[int] = set()
         self._deferred_until = 0.0  # loop time when the last row handed back is due
         self.finished = 0  # rows taken on and done with (the pace its workers free up)
 
@@ -135,6 +137,7 @@ class SendPool:
         claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
         ``claimed_at`` is the database's time of the claim, used only to fence the write.
         """
+        self.held_ids.update(row.id for row in rows)
         self._workers.give(rows, checked_at)
 
     def _row_done(self) -> None:
@@ -194,6 +197,7 @@ class SendPool:
         else:
             await self._completer.until_written()
         finally:
+            self.held_ids.discard(row.id)
             self._sending.discard(id(row))
             self._delivered.pop(id(row), None)
             self._facts.pop(id(row), None)

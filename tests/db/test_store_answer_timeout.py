@@ -1,7 +1,9 @@
 """A statement the database never answers (a hung pooler, a commit waiting for a synchronous
 standby that is gone) is bounded by the relay's own clock: the store cuts the connection,
-says why, and the next step runs on a fresh connection. Here the server is made to sit on a
-statement (``pg_sleep``); ``tests/e2e/test_network_cut.py`` cuts a real link.
+says why, and the next step runs on a fresh connection. A claim cut off mid-transaction lets
+go of its locks soon, and the rows of a claim whose answer was lost go back at once. Here the
+server is made to sit on a statement (``pg_sleep``); ``tests/e2e/test_network_cut.py`` cuts a
+real link.
 """
 
 from __future__ import annotations
@@ -12,12 +14,14 @@ from typing import Any
 
 import psycopg
 import pytest
+import sqlalchemy as sa
 
 from outbox import queries
 from outbox.db import async_connect
 from outbox.queries.claim import CLAIM_IDLE_LIMIT_MS
 from outbox.relay.store import DatabaseLost, Store
 from outbox.schema import DEFAULT_BOT
+from tests.support import enqueue_numbered
 
 
 async def _sleep(conn: psycopg.AsyncConnection[Any]) -> None:
@@ -101,3 +105,37 @@ def test_a_claim_left_idle_mid_transaction_is_ended_by_the_server(db_url: str) -
             await conn.close()
 
     assert asyncio.run(scenario()) == f"{CLAIM_IDLE_LIMIT_MS // 1000}s"
+
+
+def test_rows_of_a_claim_whose_answer_was_lost_go_back_at_once(
+    db_url: str, engine: sa.Engine
+) -> None:
+    """The link went silent after the claim's commit: the relay never heard of its rows. Its
+    next claim hands them back (keeping their place, no attempt counted), not the reaper after
+    the lease; the rows it does hold stay its own."""
+    enqueue_numbered(engine, 3, first_chat=700)
+
+    async def scenario() -> tuple[list[int], int]:
+        conn = await async_connect(db_url)
+        try:
+            await queries.ensure_bot(conn, DEFAULT_BOT, schema="public")
+            claimed = await queries.claim_due(conn, 3, schema="public")
+            ids = sorted(r.id for r in claimed)
+            released = await queries.release_unheard_claims(
+                conn, schema="public", holder=queries.claim_holder(), held=ids[:1]
+            )
+            return ids, released
+        finally:
+            await conn.close()
+
+    ids, released = asyncio.run(scenario())
+    assert released == 2
+    with engine.begin() as conn:
+        found = conn.exec_driver_sql(
+            "SELECT id, holat, urinish, egasi FROM outbox ORDER BY id"
+        ).all()
+    assert [(r.id, r.holat, r.urinish, r.egasi is None) for r in found] == [
+        (ids[0], "bajarilmoqda", 1, False),
+        (ids[1], "kutmoqda", 0, True),
+        (ids[2], "kutmoqda", 0, True),
+    ]
