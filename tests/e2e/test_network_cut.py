@@ -260,7 +260,7 @@ def cut_mid_drain(
         lambda: drained(engine),
         120,
         f"the drain to end after the {what} cut",
-        explain=relay.describe,
+        explain=lambda: f"{states(engine)}\n{relay.describe()}",
     )
     seen = probes.between(repaired_at - min(seconds / 2, 10.0), repaired_at)
     figures = CutFigures(
