@@ -99,7 +99,7 @@ def test_a_claim_left_idle_mid_transaction_is_ended_by_the_server(db_url: str) -
                 found = await (
                     await conn.execute("SHOW idle_in_transaction_session_timeout")
                 ).fetchone()
-            assert found is not None
+            assert isinstance(found, tuple)
             return str(found[0])
         finally:
             await conn.close()
