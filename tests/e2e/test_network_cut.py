@@ -1,6 +1,7 @@
 """A relay whose network is cut mid-drain: first its link to PostgreSQL, then its link to the
 Bot API (longer than the retry schedule), each by taking the far end of a veth pair down, so
-that the relay meets silence, not a reset; then back.
+that the relay meets silence, not a reset; then back. And a database server that takes
+connections but answers nothing (stopped with SIGSTOP: a hung server or pooler), then goes on.
 
 The relay runs in a network namespace of its own with three links, each a /30 of the
 benchmarking range 198.18.0.0/15: one to a PostgreSQL of the test's own, one to the fake Bot
@@ -19,6 +20,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import signal
 import subprocess
 import threading
 import time
@@ -27,6 +29,7 @@ import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Protocol
 
 import pytest
 import sqlalchemy as sa
@@ -38,6 +41,7 @@ from tests.support import (
     TEST_TOKEN,
     RelayProcess,
     Relays,
+    free_port,
     missing_tool,
     relay_env,
     start_own_postgres,
@@ -154,8 +158,8 @@ def namespace() -> Iterator[Namespace]:
 class Probes:
     """``/readyz`` and ``/healthz`` of the relay, read every second in a thread."""
 
-    def __init__(self, address: str) -> None:
-        self._root = f"http://{address}:{METRICS_PORT}"
+    def __init__(self, address: str, port: int = METRICS_PORT) -> None:
+        self._root = f"http://{address}:{port}"
         self.seen: list[tuple[float, int, int]] = []  # (monotonic time, readyz, healthz)
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
@@ -217,9 +221,17 @@ class CutFigures:
         )
 
 
+class Cut(Protocol):
+    """Something the relay depends on, made silent and then given back."""
+
+    def cut(self) -> None: ...
+
+    def repair(self) -> None: ...
+
+
 def cut_mid_drain(
     what: str,
-    link: Link,
+    link: Cut,
     seconds: float,
     *,
     relay: RelayProcess,
@@ -366,4 +378,90 @@ def test_a_relay_rides_out_cuts_of_its_database_link_and_its_bot_api_link(
     assert set(bot_api.healthy_during) == {200}, (bot_api, log)
     assert (database.unreachable_bots, bot_api.unreachable_bots, unreachable_after) == (0, 1, 0)
     assert log.count("cannot reach Telegram for bot") == 1, log
+    assert "Traceback" not in log, log
+
+
+class Frozen:
+    """A PostgreSQL server whose processes are stopped (SIGSTOP): the kernel still takes TCP
+    connections for it, and nothing answers, as with a hung server or pooler."""
+
+    def __init__(self, pgdata: Path) -> None:
+        self._pgdata = pgdata
+        self._stopped: list[int] = []
+
+    def _processes(self) -> list[int]:
+        postmaster = int((self._pgdata / "postmaster.pid").read_text().split()[0])
+        children = []
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            with contextlib.suppress(OSError, IndexError, ValueError):
+                if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == postmaster:
+                    children.append(int(stat.parent.name))
+        return [postmaster, *children]
+
+    def cut(self) -> None:
+        self._stopped = self._processes()
+        for pid in self._stopped:
+            os.kill(pid, signal.SIGSTOP)
+
+    def repair(self) -> None:
+        for pid in self._stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+        self._stopped = []
+
+
+def test_a_relay_rides_out_a_database_server_that_stops_answering(tmp_path: Path) -> None:
+    server = start_own_postgres()
+    frozen = Frozen(server.pgdata)
+    try:
+        migrate.upgrade(server.url)
+        engine = create_engine(server.url, pool_pre_ping=True)
+        fake = FakeTelegram(token=TEST_TOKEN).start_in_thread()
+        port = free_port()
+        env = relay_env(
+            server.url,
+            fake.api_url,
+            OUTBOX_RATE_LIMIT=str(RATE),
+            OUTBOX_CONCURRENCY=str(CONCURRENCY),
+            OUTBOX_METRICS_PORT=str(port),
+        )
+        probes = Probes("127.0.0.1", port)
+        try:
+            with Relays(env, tmp_path).running() as relays:
+                relay = relays.start()
+                wait_until(
+                    lambda: probes.seen and probes.seen[-1][1] == 200,
+                    60,
+                    "the relay to be ready",
+                    explain=relay.describe,
+                )
+                hung = cut_mid_drain(
+                    "hung",
+                    frozen,
+                    DATABASE_CUT,
+                    relay=relay,
+                    fake=fake,
+                    probes=probes,
+                    engine=engine,
+                    first_chat=300_000,
+                )
+                assert relay.stop() == 0, relay.describe()
+                log = relay.stderr
+                final = states(engine)
+        finally:
+            probes.close()
+            fake.stop_thread()
+            engine.dispose()
+    finally:
+        frozen.repair()
+        server.close()
+    delivered = [d.chat_id for d in fake.delivered]
+    assert sorted(set(delivered)) == list(range(300_000, 300_000 + ROWS))  # nothing lost
+    assert final == {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": ROWS, "xato": 0}
+    assert len(delivered) - len(set(delivered)) <= CONCURRENCY
+    assert hung.resumed_after <= RESUMED_WITHIN, hung
+    assert hung.cpu < MAX_CPU_SECONDS, hung
+    assert hung.lines < MAX_LOG_LINES, f"{hung}\n{log}"
+    assert hung.ready_during and set(hung.ready_during) == {503}, (hung, log)
+    assert log.count("connection lost (no answer from the database for 10 s)") >= 1, log
     assert "Traceback" not in log, log
