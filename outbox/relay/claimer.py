@@ -26,7 +26,7 @@ from outbox.ratelimit import RateLimits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.reach import TelegramReach
-from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER
+from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, held_in_this_process
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 
@@ -74,10 +74,10 @@ class LaneClaim:
         stopping: asyncio.Event,
         takes_unnamed_rows: bool,
         reach: TelegramReach | None = None,
-        held: Callable[[], Collection[int]] = frozenset,
+        held: Callable[[], Collection[int]] = held_in_this_process,
     ) -> None:
         self._store = store
-        self._held = held  # the claimed rows the relay holds, in every lane
+        self._held = held  # the claimed rows this process holds (the claims' holder)
         self._config = config
         self._flood = flood
         self._reach = reach
@@ -198,7 +198,12 @@ class LaneClaim:
 
     async def _release_unheard(self, conn: queries.AsyncConn) -> None:
         """The last claim's answer was lost (the link went silent): rows it may have claimed
-        go back to the queue now, not after the lease."""
+        go back to the queue now, not after the lease.
+
+        Claims are held by the process: another relay in the same process whose claim is on
+        its way back at this very moment could lose a row of it (its send then goes out, its
+        outcome is discarded, and the row is sent again). ``outbox relay`` runs one relay per
+        process."""
         released = await queries.release_unheard_claims(
             conn, schema=self._config.schema, holder=queries.claim_holder(), held=self._held()
         )

@@ -177,10 +177,6 @@ class Lanes:
         """The longest flood pause of the relay's bots (each pauses only itself)."""
         return max((lane.flood.paused_for(now) for lane in self.lanes.values()), default=0.0)
 
-    def held_ids(self) -> set[int]:
-        """The claimed rows the relay's lanes hold (their outcomes not yet written)."""
-        return set().union(*(lane.pool.held_ids for lane in self._all()))
-
     def unreachable(self) -> int:
         """How many of the relay's serving bots cannot reach Telegram from here now."""
         return sum(lane.reach.down for lane in self.serving())
@@ -265,7 +261,6 @@ class Lanes:
             stopping=stopping,
             takes_unnamed_rows=self.source.takes_unnamed_rows,
             reach=reach,
-            held=self.held_ids,
         )
         lane = Lane(bot, token, sender, flood, reach, pool, claim, stopping)
         holder.append(lane)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -31,7 +32,7 @@ from outbox.retry import Decision, RetryPolicy, RowFacts, decide, expiry, hand_b
 from outbox.states import FailureCode, State
 from outbox.telegram import MethodSender, Sender, SentMessage, sent_of
 
-__all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
+__all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "held_in_this_process", "late_for_slot"]
 
 log = logging.getLogger("outbox.relay")
 
@@ -42,6 +43,16 @@ RECHECK_AFTER = 0.05
 # answer, a wait for a worker) is not sent: the chat spacing the claim keeps includes this
 # much, and no more.
 LATE_FOR_SLOT = 0.1
+
+
+# Every send pool of this process: a claim's holder is the process (queries.claim_holder), so
+# the rows it holds are those of all its relays' pools (an app may run more than one).
+_POOLS: weakref.WeakSet[SendPool] = weakref.WeakSet()
+
+
+def held_in_this_process() -> set[int]:
+    """The claimed rows this process's send pools hold (their outcomes not yet written)."""
+    return set().union(*(pool.held_ids for pool in list(_POOLS)))
 
 
 def late_for_slot(per_bot: float) -> float:
@@ -117,6 +128,7 @@ class SendPool:
         self._facts: dict[int, RowFacts] = {}  # id(row): what the retry policy needs of it
         # Database ids of the claimed rows taken on and not done with (outcome not written).
         self.held_ids: set[int] = set()
+        _POOLS.add(self)
         self._deferred_until = 0.0  # loop time when the last row handed back is due
         self.finished = 0  # rows taken on and done with (the pace its workers free up)
 
