@@ -30,6 +30,9 @@ class FailureKind(enum.Enum):
     MIGRATED = "migrated"  # the group became a supergroup: resend to the new id at once
     UNAUTHORIZED = "unauthorized"  # the token is bad: stop the relay, release the row
     DONE = "done"  # what the request asked for is already so (an edit to the same text)
+    # No connection to the Bot API (connect error or timeout, no free connection in time): the
+    # request never left, so the bot pauses (outbox.relay.reach) and the row goes back unsent.
+    UNREACHABLE = "unreachable"
 
 
 @dataclass(frozen=True, slots=True)
@@ -40,6 +43,11 @@ class Failure:
     maybe_delivered: bool = False  # the request may have reached Telegram (no answer came)
     new_chat_id: int | None = None
     code: FailureCode = FailureCode.TRANSIENT  # for xato_turi: what a program tests
+
+    @property
+    def answered(self) -> bool:
+        """Whether the Bot API answered (with an error): it can be reached."""
+        return self.kind is not FailureKind.UNREACHABLE and not self.maybe_delivered
 
 
 # Telegram's 403 descriptions for a person who can no longer receive the bot's messages.
@@ -193,7 +201,7 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
     if isinstance(err, tg.TimedOut):
         cause = _transport_cause(err)
         if isinstance(cause, httpx.ConnectTimeout | httpx.PoolTimeout):
-            return Failure(FailureKind.TRANSIENT, f"could not connect to Telegram: {message}")
+            return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
         return Failure(
             FailureKind.TRANSIENT,
             "Telegram did not answer in time; the message may have been delivered",
@@ -205,7 +213,7 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
             # An HTTP answer with an error status (5xx, a proxy's HTML page).
             return Failure(FailureKind.TRANSIENT, f"Telegram server error: {message}")
         if isinstance(cause, httpx.ConnectError):
-            return Failure(FailureKind.TRANSIENT, f"could not connect to Telegram: {message}")
+            return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
         return Failure(
             FailureKind.TRANSIENT,
             f"connection to Telegram broke ({type(cause).__name__}); "

@@ -3,7 +3,7 @@
 ``/metrics`` for Prometheus; ``/healthz`` answers 200 while the relay can work (its database
 answers, the Bot API accepted its token) and 503 with the reason in one line otherwise;
 ``/readyz`` answers 200 while it claims (healthy, started, not stopping, not paused by
-Telegram's flood control). See ``outbox.relay.health``.
+Telegram's flood control, some bot of it can reach Telegram). See ``outbox.relay.health``.
 
 The figures are read from the relay when Prometheus scrapes, so the relay's hot path does no
 extra work for them. The queue's own figures (pending rows, lag, failures) belong to the
@@ -40,7 +40,8 @@ _OUTCOMES = {
     "already_sent": "completed without sending: the key had a sent marker",
     "retried": "failed and rescheduled",
     "failed": "moved to xato",
-    "deferred": "handed back unsent: late for its reserved moment, or held by a flood pause",
+    "deferred": "handed back unsent: late for its reserved moment, held by a flood pause, or "
+    "Telegram could not be reached",
     "released": "handed back unsent (shutdown, rejected token)",
     "cancelled": "withdrawn by the app after the claim",
     "fenced_out": "outcome discarded: the claim had been reaped",
@@ -78,6 +79,11 @@ class RelayCollector(Collector):
             "outbox_relay_flood_control_seconds",
             "Seconds this relay still waits because Telegram answered 429",
             value=snapshot.paused_seconds,
+        )
+        yield GaugeMetricFamily(
+            "outbox_relay_unreachable_bots",
+            "Bots of this relay whose sends are paused because Telegram cannot be reached",
+            value=snapshot.unreachable_bots,
         )
 
 

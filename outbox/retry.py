@@ -77,7 +77,11 @@ def decide(policy: RetryPolicy, now: float, row: RowFacts, failure: Failure) -> 
 
     Unauthorized failures never reach here (the row is handed back). A migrated failure reaches
     here only when the resend to the group's new chat migrated again: it counts as transient.
+    A request that could not connect never left: the row goes back keeping its place, and the
+    attempt is not counted (the bot's pause keeps it from being claimed again at once).
     """
+    if failure.kind is FailureKind.UNREACHABLE:
+        return hand_back(now, row)
     n = row.attempts
     if failure.kind is FailureKind.PERMANENT:
         return Decision(State.FAILED, n, None, failure.reason, failure.code)

@@ -27,6 +27,7 @@ os.environ.setdefault("PTB_TIMEDELTA", "1")
 __all__ = [
     "MethodSender",
     "NullSender",
+    "Prober",
     "Sender",
     "SentMessage",
     "TelegramPool",
@@ -64,6 +65,14 @@ class MethodSender(Protocol):
     sendMessage; the relay fails other methods' rows on a sender without it."""
 
     async def call(self, request: Request) -> SentMessage: ...
+
+
+@runtime_checkable
+class Prober(Protocol):
+    """A sender that can ask the Bot API something cheap (getMe) to learn whether it answers;
+    it raises what a send would raise."""
+
+    async def probe(self) -> None: ...
 
 
 class _SpreadRequest(BaseRequest):
@@ -251,6 +260,10 @@ class TelegramSender:
                 f"cannot reach the Telegram Bot API (check OUTBOX_TELEGRAM_API_URL): "
                 f"{redact(str(err))}"
             ) from None
+
+    async def probe(self) -> None:
+        """getMe: the cheapest question the Bot API answers."""
+        await self._bot.get_me()
 
     async def send(self, args: Mapping[str, Any]) -> SentMessage:
         markup = args.get("reply_markup")

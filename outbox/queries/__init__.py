@@ -80,6 +80,7 @@ from outbox.queries.relay import (
     backlog,
     ensure_bot,
     record_outcomes,
+    release_unheard_claims,
     still_claimed,
 )
 from outbox.queries.status import (
@@ -159,6 +160,7 @@ __all__ = [
     "reap_stale",
     "record_outcomes",
     "relay_heartbeat",
+    "release_unheard_claims",
     "replay",
     "resume",
     "run_async",

@@ -68,6 +68,10 @@ RESERVED_SHARE = 10
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
 # The windows' plan looks at this many windowed rows ahead (about 3 minutes at 28/s).
 PLAN_ROWS = 5000
+# A claim's transaction idle this long (its relay lost the link between two round trips) is
+# ended by the server: its lock on the bot's budget row would hold every claim of the bot back
+# until the server's own TCP gave up on the silent client.
+CLAIM_IDLE_LIMIT_MS = 10_000
 
 
 class Candidate(NamedTuple):
@@ -203,6 +207,7 @@ async def claim_due(
                 "horizon": float(limits.horizon),
                 "lookahead": PLAN_ROWS / rate if rate > 0 else 0.0,
                 "plan_rows": PLAN_ROWS,
+                "idle_ms": str(CLAIM_IDLE_LIMIT_MS),
             },
         )
         room, base, until, found_priorities = found[0][:4]

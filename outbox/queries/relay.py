@@ -1,11 +1,12 @@
 """The relay's hot path after the claim (outbox.queries.claim): its outcomes with their
-fencing, the claim check, the bot's state row and pause, and a drain's backlog. The statements
+fencing, the claim check, a lost claim's rows, the bot's state row and pause, and a drain's
+backlog. The statements
 are named queries of ``outbox/sql/relay.sql``."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -93,6 +94,15 @@ async def still_claimed(conn: AsyncConn, row: ClaimedRow, *, schema: str) -> boo
     """Is this claim still the relay's? False once the app withdrew the row (cancel)."""
     params = {"id": row.id, "urinish": row.attempts, "at": row.claimed_at}
     return await sql.fetch_one(conn, "still_claimed", schema=schema, params=params) is not None
+
+
+async def release_unheard_claims(
+    conn: AsyncConn, *, schema: str, holder: str, held: Collection[int]
+) -> int:
+    """Rows ``holder`` claimed whose claim's answer was lost, back to the queue (all of its
+    claimed rows but ``held``); how many."""
+    params = {"holder": holder, "held": sorted(held)}
+    return len(await sql.fetch(conn, "release_unheard_claims", schema=schema, params=params))
 
 
 async def announce_pause(

@@ -29,13 +29,16 @@ from outbox.relay.listener import Listener
 from outbox.relay.maintenance import Maintenance, Reaper, Retention
 from outbox.relay.service import Service
 from outbox.relay.startup import wait_until_reachable
-from outbox.relay.store import OutageLog, Store
+from outbox.relay.store import ANSWER_TIMEOUT, OutageLog, Store
 from outbox.relay.summary import RelaySnapshot, RunSummary
 from outbox.telegram import Sender
 
 __all__ = ["Relay"]
 
 log = logging.getLogger("outbox.relay")
+
+# The start-up's check of the schema: a connect (libpq's connect_timeout) and one query.
+_START_TIMEOUT = 2 * ANSWER_TIMEOUT
 
 
 class Relay:
@@ -139,7 +142,13 @@ class Relay:
 
         async def database() -> None:
             try:
-                await check_schema(url, schema=schema)
+                # Bounded like every statement of the relay: a server that takes the
+                # connection and never answers is waited for, not hung on.
+                await asyncio.wait_for(check_schema(url, schema=schema), _START_TIMEOUT)
+            except TimeoutError:
+                reason = f"no answer from the database for {_START_TIMEOUT:g} s"
+                health.database_failed(reason)
+                raise DatabaseUnavailable(reason) from None
             except DatabaseUnavailable as err:
                 health.database_failed(str(err))
                 raise
@@ -167,6 +176,7 @@ class Relay:
             unwritten=self.completer.unwritten,
             # asyncio's event loop keeps time with time.monotonic.
             paused_seconds=self.lanes.paused_for(time.monotonic()),
+            unreachable_bots=self.lanes.unreachable(),
         )
 
     def stop(self) -> None:

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import math
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -23,7 +25,8 @@ from outbox.config import RelayConfig
 from outbox.ratelimit import RateLimits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
-from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER
+from outbox.relay.reach import TelegramReach
+from outbox.relay.send_pool import LATE_FOR_SLOT, RECHECK_AFTER, held_in_this_process
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 
@@ -31,6 +34,8 @@ if TYPE_CHECKING:
     from outbox.relay.lanes import Lane, Lanes
 
 __all__ = ["DEFER_SLACK", "ClaimPlan", "Claimer", "LaneClaim", "fleet_limits"]
+
+log = logging.getLogger("outbox.relay")
 
 # Rows claimed ahead of the free send slots should start well within RECHECK_AFTER, so a lane
 # claims ahead only what it starts within half of it at the rate its slots have been freeing up
@@ -68,16 +73,22 @@ class LaneClaim:
         total: RunSummary,
         stopping: asyncio.Event,
         takes_unnamed_rows: bool,
+        reach: TelegramReach | None = None,
+        held: Callable[[], Collection[int]] = held_in_this_process,
     ) -> None:
         self._store = store
+        self._held = held  # the claimed rows this process holds (the claims' holder)
         self._config = config
         self._flood = flood
+        self._reach = reach
         self._total = total
         self._stopping = stopping
         # The claim's bot_rows: False also claims the rows that name no bot.
         self.takes_unnamed_rows = takes_unnamed_rows
         self._limits = fleet_limits(config.rate_limits, config.slot_horizon)
         self._bot_known = False  # the bot's state row exists
+        # A claim's answer was lost: it may have committed rows that nobody here holds.
+        self._unheard = False
         self._next_queue = 0
         self.held = False  # due rows wait for their chat, the bot's budget or a pause
         self.blocked_until = 0.0  # loop time: due rows locked by another claim, look later
@@ -107,9 +118,17 @@ class LaneClaim:
         paused = self._flood.paused_for(now)
         if paused > 0:
             return ClaimPlan(0, paused)  # flood control: nothing until the pause ends
+        if self.cut_off:
+            # Telegram cannot be reached: nothing until the probe finds it (and wakes us).
+            return ClaimPlan(0, config.poll_interval)
         if free >= min_claim:
             return ClaimPlan(min(free, config.batch_size), config.poll_interval)
         return ClaimPlan(0, config.poll_interval)
+
+    @property
+    def cut_off(self) -> bool:
+        """This relay cannot reach Telegram for the lane's bot now."""
+        return self._reach is not None and self._reach.down
 
     def settle(self, timing: queries.QueueTiming, *, deferred_until: float) -> float | None:
         """Take in the timing of this lane's rows: seconds until there may be work (None:
@@ -155,7 +174,10 @@ class LaneClaim:
             if not self._bot_known:
                 await queries.ensure_bot(conn, bot, schema=schema)
                 self._bot_known = True
-            return await queries.claim_due(
+            if self._unheard:
+                await self._release_unheard(conn)
+            self._unheard = True  # until its answer is heard
+            rows = await queries.claim_due(
                 conn,
                 limit,
                 schema=schema,
@@ -164,6 +186,8 @@ class LaneClaim:
                 limits=self._limits,
                 bot_rows=not self.takes_unnamed_rows,
             )
+            self._unheard = False
+            return rows
 
         try:
             rows = await self._store.run(claim, retry=True)
@@ -171,6 +195,21 @@ class LaneClaim:
             return []
         self._total.claimed += len(rows)
         return rows
+
+    async def _release_unheard(self, conn: queries.AsyncConn) -> None:
+        """The last claim's answer was lost (the link went silent): rows it may have claimed
+        go back to the queue now, not after the lease.
+
+        Claims are held by the process: another relay in the same process whose claim is on
+        its way back at this very moment could lose a row of it (its send then goes out, its
+        outcome is discarded, and the row is sent again). ``outbox relay`` runs one relay per
+        process."""
+        released = await queries.release_unheard_claims(
+            conn, schema=self._config.schema, holder=queries.claim_holder(), held=self._held()
+        )
+        self._unheard = False
+        if released:
+            log.warning("%d rows of a claim whose answer was lost went back to the queue", released)
 
 
 class Claimer:
@@ -276,7 +315,7 @@ class Claimer:
             return False, claim.blocked_until - now, False
         plan = claim.plan(now, in_flight=pool.in_flight, written=pool.finished)
         want = plan.want
-        if whole_batch and not lane.flood.paused_for(now):
+        if whole_batch and not lane.flood.paused_for(now) and not claim.cut_off:
             want = self._config.batch_size
         if not want:
             return False, plan.wait, False  # paused, or no free slot (a freed one wakes us)

@@ -179,7 +179,8 @@ class Completer:
         if applied < len(batch):
             self._total.fenced_out += len(batch) - applied
             log.warning(
-                "%d outcome(s) discarded: the claim was reaped, or the app withdrew it",
+                "%d outcome(s) discarded: the claim was reaped, the app withdrew it, or a "
+                "write whose answer was lost (the link went silent) had written it already",
                 len(batch) - applied,
             )
         self._written += len(batch)

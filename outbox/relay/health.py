@@ -4,7 +4,8 @@ claiming now.
 Healthy means the database answers (the heartbeat's statement, every few seconds, is the
 probe) and the Bot API accepted the token. A heartbeat that fails makes the relay unhealthy at
 once; one that hangs does after ``stale_after`` seconds without a success. Ready means healthy,
-running its claim loop, not stopping, and not held back by Telegram's flood control.
+running its claim loop, not stopping, and not held back by Telegram's flood control or by a
+Bot API that none of its bots can reach (``outbox.relay.reach``).
 
 The relay's event loop writes these facts; the metrics thread reads them. Each is one
 attribute assignment, so a reader sees either the old fact or the new one.
@@ -26,6 +27,9 @@ class Health:
         self._database_problem: str | None = "starting: the database has not answered yet"
         self._bot_api_problem: str | None = "starting: the Bot API has not accepted the token yet"
         self._fatal: str | None = None
+        # Every bot of the relay is cut off from the Bot API: not ready, still healthy (a
+        # restart cannot bring Telegram back).
+        self._telegram_problem: str | None = None
         self._running = False
         self._stopping = False
 
@@ -43,6 +47,12 @@ class Health:
 
     def token_pending(self, reason: str) -> None:
         self._bot_api_problem = f"the Bot API cannot be reached yet: {_one_line(reason)}"
+
+    def telegram_unreachable(self, reason: str) -> None:
+        self._telegram_problem = f"cannot reach Telegram: {_one_line(reason)}"
+
+    def telegram_reachable(self) -> None:
+        self._telegram_problem = None
 
     def fatal(self, reason: str) -> None:
         """The relay cannot go on (a rejected token, a writer that died): it is stopping."""
@@ -77,6 +87,8 @@ class Health:
             return "stopping: no new claims"
         if not self._running:
             return "starting: not claiming yet"
+        if self._telegram_problem is not None:
+            return self._telegram_problem
         if paused_seconds > 0:
             return f"flood control: Telegram asked to wait {paused_seconds:.0f} s more"
         return None

@@ -15,24 +15,26 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
 
+from outbox.classify import classify
 from outbox.config import RelayConfig
 from outbox.errors import TelegramUnauthorized, TelegramUnavailable
 from outbox.relay.claimer import LaneClaim, fleet_limits
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
 from outbox.relay.health import Health
+from outbox.relay.reach import TelegramReach
 from outbox.relay.send_pool import SendPool, claim_check
 from outbox.relay.startup import wait_until_reachable
 from outbox.relay.store import Store
 from outbox.relay.summary import RunSummary
 from outbox.relay.tokens import BotToken, TokenFolder
 from outbox.relay.tracing import send_tracer
-from outbox.telegram import Sender, TelegramPool
+from outbox.telegram import Prober, Sender, TelegramPool
 
 __all__ = ["BotSource", "GivenBots", "Lane", "LaneState", "Lanes", "TokenBots"]
 
@@ -114,6 +116,7 @@ class Lane:
     token: BotToken
     sender: Sender
     flood: FloodControl
+    reach: TelegramReach
     pool: SendPool
     claim: LaneClaim
     stopping: asyncio.Event  # no new claims or sends for this bot
@@ -177,6 +180,19 @@ class Lanes:
         """The longest flood pause of the relay's bots (each pauses only itself)."""
         return max((lane.flood.paused_for(now) for lane in self.lanes.values()), default=0.0)
 
+    def unreachable(self) -> int:
+        """How many of the relay's serving bots cannot reach Telegram from here now."""
+        return sum(lane.reach.down for lane in self.serving())
+
+    def _reach_changed(self) -> None:
+        """Ready while at least one serving bot reaches Telegram (or none serves yet)."""
+        serving = self.serving()
+        cut = [lane for lane in serving if lane.reach.down]
+        if serving and len(cut) == len(serving):
+            self._health.telegram_unreachable(cut[0].reach.reason)
+        else:
+            self._health.telegram_reachable()
+
     @property
     def starting(self) -> bool:
         """A bot's getMe has not been answered yet (a drain waits for it)."""
@@ -217,6 +233,9 @@ class Lanes:
         sender = self.source.sender(bot, token)
         flood = FloodControl(schema=config.schema, bot=bot, store=self._record_store)
         holder: list[Lane] = []
+        reach = TelegramReach(
+            bot, _prober(sender), on_change=self._reach_changed, wakeup=self._wakeup
+        )
 
         def rejected(err: TelegramUnauthorized) -> None:
             del err  # the lane says its own
@@ -236,6 +255,7 @@ class Lanes:
             on_unauthorized=rejected,
             wakeup=self._wakeup,
             tracer=send_tracer(self._tracer_provider, bot),
+            reach=reach,
         )
         claim = LaneClaim(
             self._claim_store,
@@ -244,12 +264,14 @@ class Lanes:
             total=self._total,
             stopping=stopping,
             takes_unnamed_rows=self.source.takes_unnamed_rows,
+            reach=reach,
         )
-        lane = Lane(bot, token, sender, flood, pool, claim, stopping)
+        lane = Lane(bot, token, sender, flood, reach, pool, claim, stopping)
         holder.append(lane)
         lane.tasks = [
             asyncio.create_task(self._start(lane), name=f"outbox-bot-{bot}-start"),
             asyncio.create_task(flood.run(), name=f"outbox-bot-{bot}-flood"),
+            asyncio.create_task(reach.run(), name=f"outbox-bot-{bot}-reach"),
         ]
         return lane
 
@@ -313,7 +335,9 @@ class Lanes:
         try:
             await lane.pool.finish(self._config.grace_seconds, self._hurry)
             lane.flood.stop()
+            lane.reach.stop()
             await asyncio.gather(*lane.tasks, return_exceptions=True)
+            self._reach_changed()
             await lane.sender.close()
         finally:
             self._retiring.pop(lane, None)
@@ -351,3 +375,19 @@ class Lanes:
         for bot in list(self.lanes):
             self._retire(self.lanes.pop(bot))
         await asyncio.gather(*self._retiring.values(), return_exceptions=True)
+
+
+def _prober(sender: Sender) -> Callable[[], Awaitable[bool]]:
+    """Whether the Bot API answers ``sender``'s getMe (any answer, an error too). A sender
+    that cannot probe lets its next sends find out."""
+
+    async def probe() -> bool:
+        if not isinstance(sender, Prober):
+            return True
+        try:
+            await sender.probe()
+        except Exception as err:  # noqa: BLE001 - every failure is classified in one place
+            return classify(err, "getMe").answered
+        return True
+
+    return probe

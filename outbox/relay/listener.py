@@ -71,7 +71,9 @@ class Listener:
         next connect)."""
         with contextlib.suppress(DatabaseLost):
             await self._store.run(self._subscribe, retry=True)
-            await self._store.run(self._hear)
+            # Hearing waits for notifications as long as there are none: no answer timeout
+            # (the connection's keepalives find a silent link).
+            await self._store.run(self._hear, bounded=False)
 
     async def _subscribe(self, conn: psycopg.AsyncConnection[Any]) -> None:
         await conn.execute(f'LISTEN "{pause_channel(self._schema)}"')

@@ -22,6 +22,9 @@ log = logging.getLogger("outbox.relay")
 
 # A relay silent this long leaves the fleet's register (it is shown as gone long before).
 FORGET_GONE_RELAYS_AFTER = 3600.0
+# A round that lost its connection is tried again this soon (not a whole interval later), so
+# that the outage's log ends when the database is back, not at the next round.
+_AGAIN_AFTER_LOST = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,6 +142,7 @@ class Maintenance:
         return reaped
 
     def _between_batches(self, _deleted: int) -> None:
+        self._store.answered()  # a long retention is progress, not silence
         if self._stop.is_set():
             raise _StopAsked  # the batch is committed; the rest waits for another round
 
@@ -146,15 +150,18 @@ class Maintenance:
         """Rounds every interval until ``stop()``; a failed round does not end the loop."""
         try:
             while not self._stop.is_set():
+                wait = self._interval
                 try:
                     await self.run_once()
-                except (DatabaseLost, _StopAsked):
-                    pass  # said by the store, the next round connects again; or stopping
+                except DatabaseLost:
+                    wait = min(wait, _AGAIN_AFTER_LOST)  # said by the store; connect again
+                except _StopAsked:
+                    pass  # stopping
                 except Exception:  # the reaper must outlive any one bad round
                     log.exception(
                         "maintenance round failed; trying again in %.0f s", self._interval
                     )
-                await wait_for_stop(self._stop, self._interval)
+                await wait_for_stop(self._stop, wait)
         finally:
             await self._store.close()
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import weakref
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -23,6 +24,7 @@ from outbox.errors import TelegramUnauthorized
 from outbox.payload import Request, is_basic, request_of
 from outbox.relay.completer import Completer
 from outbox.relay.flood import FloodControl
+from outbox.relay.reach import TelegramReach
 from outbox.relay.store import DatabaseLost, Store
 from outbox.relay.summary import RunSummary
 from outbox.relay.tracing import SendSpan, SendTracer
@@ -31,7 +33,7 @@ from outbox.retry import Decision, RetryPolicy, RowFacts, decide, expiry, hand_b
 from outbox.states import FailureCode, State
 from outbox.telegram import MethodSender, Sender, SentMessage, sent_of
 
-__all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "late_for_slot"]
+__all__ = ["LATE_FOR_SLOT", "SendPool", "claim_check", "held_in_this_process", "late_for_slot"]
 
 log = logging.getLogger("outbox.relay")
 
@@ -42,6 +44,16 @@ RECHECK_AFTER = 0.05
 # answer, a wait for a worker) is not sent: the chat spacing the claim keeps includes this
 # much, and no more.
 LATE_FOR_SLOT = 0.1
+
+
+# Every send pool of this process: a claim's holder is the process (queries.claim_holder), so
+# the rows it holds are those of all its relays' pools (an app may run more than one).
+_POOLS: weakref.WeakSet[SendPool] = weakref.WeakSet()
+
+
+def held_in_this_process() -> set[int]:
+    """The claimed rows this process's send pools hold (their outcomes not yet written)."""
+    return set().union(*(pool.held_ids for pool in list(_POOLS)))
 
 
 def late_for_slot(per_bot: float) -> float:
@@ -94,10 +106,12 @@ class SendPool:
         on_unauthorized: Callable[[TelegramUnauthorized], None],
         wakeup: asyncio.Event | None = None,
         tracer: SendTracer | None = None,
+        reach: TelegramReach | None = None,
     ) -> None:
         self._sender = sender
         self._tracer = tracer  # None: no spans (outbox.relay.tracing)
         self._spans: dict[int, SendSpan] = {}  # id(row): its span, while it is handled
+        self._reach = reach  # None: no pause for a Bot API that cannot be reached (tests)
         self._reserved = bool(limits.per_bot or limits.chat_gap or limits.group_gap)
         self._late_for_slot = late_for_slot(limits.per_bot)
         self._retry = retry
@@ -116,6 +130,9 @@ class SendPool:
         self._delivered: dict[int, SentMessage] = {}
         self._moved: dict[int, int] = {}  # id(row): the chat a migrated group moved to
         self._facts: dict[int, RowFacts] = {}  # id(row): what the retry policy needs of it
+        # Database ids of the claimed rows taken on and not done with (outcome not written).
+        self.held_ids: set[int] = set()
+        _POOLS.add(self)
         self._deferred_until = 0.0  # loop time when the last row handed back is due
         self.finished = 0  # rows taken on and done with (the pace its workers free up)
 
@@ -136,6 +153,7 @@ class SendPool:
         claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
         ``claimed_at`` is the database's time of the claim, used only to fence the write.
         """
+        self.held_ids.update(row.id for row in rows)
         self._workers.give(rows, checked_at)
 
     def _row_done(self) -> None:
@@ -197,6 +215,7 @@ class SendPool:
         else:
             await self._completer.until_written()
         finally:
+            self.held_ids.discard(row.id)
             self._sending.discard(id(row))
             self._delivered.pop(id(row), None)
             self._facts.pop(id(row), None)
@@ -339,7 +358,15 @@ class SendPool:
 
     def _held_by_flood_control(self, row: queries.ClaimedRow) -> bool:
         """While the bot is paused nothing goes out: the row goes back to the queue, due when
-        the pause ends, and its next claim gives it a new moment. True if it went back."""
+        the pause ends, and its next claim gives it a new moment. True if it went back.
+
+        While this relay cannot reach Telegram for the bot, the row goes back keeping its
+        place: the lane claims nothing until a probe finds Telegram again."""
+        if self._reach is not None and self._reach.down:
+            self._reach.handed_back()
+            self._total.deferred += 1
+            self._apply(row, hand_back(asyncio.get_running_loop().time(), self._facts_of(row)))
+            return True
         paused = self._flood.paused_for(asyncio.get_running_loop().time())
         if paused <= 0:
             return False
@@ -393,6 +420,15 @@ class SendPool:
                 )
             )
             return
+        if failure.kind is FailureKind.UNREACHABLE:
+            # Not the message's fault either: the bot pauses in this relay, the row goes back
+            # keeping its place and its attempts (the retry policy says so).
+            if self._reach is None:  # no pause holds the lane back: the row waits instead
+                self._hand_back(row, self._retry.base_seconds)
+                return
+            self._total.deferred += 1
+            self._reach.lost(failure.reason)
+            self._reach.handed_back()
         if failure.retry_after:
             # Flood control is per bot: every send of this bot waits, not only this row, and
             # so do the other relays (flood control tells them at once).
@@ -435,7 +471,10 @@ class SendPool:
                 log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
             else:
                 self._total.retried += 1
-                log.info(
+                # During a cut the bot's summary counts them (sends that were out when it
+                # began): one line each would flood the log.
+                quiet = self._reach is not None and self._reach.retried_in_cut()
+                (log.debug if quiet else log.info)(
                     "outbox %s retry in %.1f s: %s",
                     row.id,
                     decision.delay_seconds or 0.0,

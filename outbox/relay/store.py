@@ -9,6 +9,12 @@ that grows with each failure in a row (with jitter, capped near a second so that
 resumes within about a second of the database being usable again); a statement that succeeds
 ends the run of failures. The log says the cause once, a summary now and then, and the
 recovery (``OutageLog``, shared by a relay's stores).
+
+A server that takes the connection but never answers (a hung PgBouncer, a primary whose commit
+waits for a synchronous standby that is gone) or a link that drops packets is bounded by the
+relay's own clock, not the kernel's: a step that gets no answer for ``ANSWER_TIMEOUT`` seconds
+has its connection cut (the socket is shut down, so that psycopg's wait ends at once without
+a cancel request that would wait on the same silence) and counts as a lost connection.
 """
 
 from __future__ import annotations
@@ -17,6 +23,8 @@ import asyncio
 import contextlib
 import functools
 import logging
+import os
+import socket
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -29,7 +37,15 @@ from outbox.errors import DatabaseUnavailable, OutboxError
 if TYPE_CHECKING:
     from tenacity.wait import wait_base
 
-__all__ = ["DB_LOST", "DatabaseLost", "OutageLog", "Store", "backoff_seconds"]
+__all__ = [
+    "ANSWER_TIMEOUT",
+    "DB_LOST",
+    "DatabaseLost",
+    "NoAnswer",
+    "OutageLog",
+    "Store",
+    "backoff_seconds",
+]
 
 log = logging.getLogger("outbox.relay")
 
@@ -47,6 +63,10 @@ DB_LOST = (
     psycopg.errors.IdleInTransactionSessionTimeout,  # the server cut off a hung round
 )
 
+# Seconds a step may wait for the database's answer. The relay's statements take milliseconds;
+# a claim or a write that waits this long is not coming back (a hung server, a silent link).
+ANSWER_TIMEOUT = 10.0
+
 # A summary of an outage first after this many seconds, then twice as long each time, up to
 # _SUMMARY_MAX: a long outage costs a line a minute, not a line per attempt.
 _SUMMARY_FIRST = 5.0
@@ -55,6 +75,10 @@ _SUMMARY_MAX = 60.0
 
 class DatabaseLost(DatabaseUnavailable):
     """The store could not run a step now: the database cannot be reached or used."""
+
+
+class NoAnswer(psycopg.OperationalError):
+    """The database did not answer a step within the store's answer timeout."""
 
 
 @functools.cache
@@ -130,6 +154,30 @@ class OutageLog:
         self._since, self._attempts, self._said_read_only = None, 0, False
 
 
+class _Watch:
+    """Calls ``on_silence`` once ``timeout`` seconds pass without ``heard``."""
+
+    def __init__(self, timeout: float, on_silence: Callable[[], None]) -> None:
+        self._timeout = timeout
+        self._on_silence = on_silence
+        self._loop = asyncio.get_running_loop()
+        self._deadline = time.monotonic() + timeout
+        self._handle = self._loop.call_later(timeout, self._check)
+
+    def heard(self) -> None:
+        self._deadline = time.monotonic() + self._timeout
+
+    def cancel(self) -> None:
+        self._handle.cancel()
+
+    def _check(self) -> None:
+        left = self._deadline - time.monotonic()
+        if left > 0:
+            self._handle = self._loop.call_later(left, self._check)
+        else:
+            self._on_silence()
+
+
 class Store:
     """One psycopg connection of the relay, shared by the tasks of one service.
 
@@ -147,8 +195,10 @@ class Store:
         *,
         prepare: bool = True,
         outage: OutageLog | None = None,
+        answer_timeout: float | None = ANSWER_TIMEOUT,
     ) -> None:
         self._url = url
+        self._answer_timeout = answer_timeout  # None: the kernel's keepalives only
         self._prepare = prepare
         self.name = name
         self._stopping = stopping
@@ -160,6 +210,9 @@ class Store:
         self._failures = 0  # in a row, since the last statement that succeeded
         self._not_before = 0.0  # monotonic time of the next connect allowed
         self.connects = 0  # connections opened (or tried), for tests and figures
+        self._answer_by = 0.0  # monotonic time by which the step running now must hear back
+        self._cut: psycopg.AsyncConnection[Any] | None = None  # cut for want of an answer
+        self._watches: set[_Watch] = set()
 
     @property
     def backend_pid(self) -> int | None:
@@ -167,28 +220,66 @@ class Store:
         return None if self._conn is None or self._conn.closed else self._conn.info.backend_pid
 
     async def run(
-        self, step: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]], *, retry: bool = False
+        self,
+        step: Callable[[psycopg.AsyncConnection[Any]], Awaitable[T]],
+        *,
+        retry: bool = False,
+        bounded: bool = True,
     ) -> T:
         """``step``'s result on this store's connection.
 
         If the database cannot be reached or used, ``DatabaseLost``; with ``retry``, ``step``
         runs again (after the backoff) until it succeeds, and ``DatabaseLost`` only once the
         relay is stopping. Other errors of ``step`` propagate and leave the connection be.
+        ``bounded``: a step that hears nothing from the database for the store's answer
+        timeout loses its connection (False for a step that waits for notifications).
         """
         while True:
             conn = None
+            watch: _Watch | None = None
             try:
                 conn = await self._connection()
+                if self._answer_timeout is not None and bounded:
+                    watch = self._watch(conn)
                 result = await step(conn)
             except (*DB_LOST, OutboxError) as err:
                 if isinstance(err, OutboxError) and conn is not None:
                     raise  # the step's own error, not the connection's
+                if conn is not None and conn is self._cut:
+                    err = NoAnswer(f"no answer from the database for {self._answer_timeout:g} s")
                 self._failed(err, conn)
                 if not retry or self._stopping.is_set():
                     raise DatabaseLost(f"{self.name} connection: {_reason(err)}") from err
                 continue
+            finally:
+                if watch is not None:
+                    watch.cancel()
+                    self._watches.discard(watch)
             self._succeeded(conn)
             return result
+
+    def answered(self) -> None:
+        """The steps running now heard from the database (a long step's progress, such as a
+        batch of retention committed): their answer timeout starts again."""
+        for watch in self._watches:
+            watch.heard()
+
+    def _watch(self, conn: psycopg.AsyncConnection[Any]) -> _Watch:
+        assert self._answer_timeout is not None
+        watch = _Watch(self._answer_timeout, lambda: self._cut_off(conn))
+        self._watches.add(watch)
+        return watch
+
+    def _cut_off(self, conn: psycopg.AsyncConnection[Any]) -> None:
+        """No answer in time: shut the connection's socket down, which ends psycopg's wait
+        on it at once with a lost connection (a cancel request would meet the same silence)."""
+        self._cut = conn
+        with contextlib.suppress(OSError, psycopg.Error):
+            sock = socket.socket(fileno=os.dup(conn.pgconn.socket))
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            finally:
+                sock.close()
 
     async def _connection(self) -> psycopg.AsyncConnection[Any]:
         conn = self._conn

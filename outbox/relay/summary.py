@@ -16,7 +16,8 @@ class RunSummary:
     already_sent: int = 0  # completed without sending: the key had a sent marker
     retried: int = 0
     failed: int = 0
-    deferred: int = 0  # handed back unsent to keep the limits (late for its moment, a pause)
+    # Handed back unsent: late for its moment, a flood pause, Telegram out of reach.
+    deferred: int = 0
     released: int = 0  # handed back unsent (shutdown, rejected token)
     cancelled: int = 0  # withdrawn by the app after the claim
     fenced_out: int = 0  # outcomes discarded because the claim had been reaped
@@ -46,3 +47,4 @@ class RelaySnapshot:
     in_flight: int  # claimed rows held: sending, waiting for a slot or for their write
     unwritten: int  # outcomes decided and not yet written
     paused_seconds: float  # flood control still to wait
+    unreachable_bots: int = 0  # bots this relay cannot reach Telegram for now

@@ -10,13 +10,17 @@
 -- that name no bot), :queue, :holder (this process), :limit (rows asked for), :reserve (rows
 -- the starvation bound may add), :rate (the bot's messages a second, 0: no limit), :horizon
 -- (seconds of slots a claim may book ahead), :lookahead and :plan_rows (the windows' plan),
--- :chat_on (chat spacing on).
+-- :chat_on (chat spacing on), :idle_ms (how long, in milliseconds, the claim's transaction may sit
+-- idle before the server ends it).
 
 -- name: claim_rows
 WITH RECURSIVE
 budget AS (
     -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
     SELECT greatest(clock_timestamp(), keyingi_slot) AS base, clock_timestamp() AS t0,
+           -- A claim left idle mid-transaction (its relay's link went silent) is ended by the
+           -- server, and with it this lock, which the relay's next claim waits for.
+           set_config('idle_in_transaction_session_timeout', :idle_ms, true) AS idle_limit,
            pauza_tugashi > now()
            OR EXISTS (SELECT 1 FROM pauza
                       WHERE (doira = 'navbat' AND qiymat = :queue)

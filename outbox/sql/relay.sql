@@ -92,6 +92,18 @@ WHERE o.id = r.id AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinis
 SELECT true FROM outbox
 WHERE id = :id AND holat = 'bajarilmoqda' AND urinish = :urinish AND band_vaqti = :at;
 
+-- name: release_unheard_claims
+-- Rows this process claimed in a claim whose answer never came back (the link went silent
+-- after its commit): nobody here sends them, so they go back to the queue now, keeping their
+-- place and their attempt not counted, rather than after the lease. :held are the rows the
+-- process does hold: their outcomes are its own to write.
+UPDATE outbox
+SET holat = 'kutmoqda', urinish = greatest(urinish - 1, 0), band_vaqti = NULL, egasi = NULL,
+    yangilangan = now()
+WHERE egasi = :holder AND holat = 'bajarilmoqda'
+  AND NOT (id = ANY (CAST(:held AS bigint[])))
+RETURNING id;
+
 -- name: announce_pause
 -- Pause a bot for every relay: its state row, which only the outbox's own code writes. The
 -- NOTIFY only wakes the other relays to read it (a forged NOTIFY pauses nothing).

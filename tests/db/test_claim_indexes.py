@@ -77,7 +77,7 @@ def _claim_params(navbat: str = "default", limit: int = 64) -> dict[str, Any]:
     return {
         "bot": "default", "unnamed": True, "queue": navbat, "holder": "test", "limit": limit,
         "reserve": 1 + limit // 10, "rate": 0.0, "horizon": 1.0, "lookahead": 0.0,
-        "plan_rows": 5000, "chat_on": True,
+        "plan_rows": 5000, "chat_on": True, "idle_ms": "10000",
     }  # fmt: skip
 
 

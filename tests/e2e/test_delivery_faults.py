@@ -470,7 +470,7 @@ def test_shutdown_finishes_sends_within_the_grace_and_hands_the_rest_back(
     assert "6 released" in relay.stdout, relay.stdout
 
 
-def test_telegram_unreachable_then_back_is_retried_until_delivered(
+def test_telegram_unreachable_pauses_the_bot_without_spending_attempts_then_delivers(
     engine: sa.Engine, relays: Relays
 ) -> None:
     first = FakeTelegram(token=TEST_TOKEN).start_in_thread()
@@ -486,12 +486,14 @@ def test_telegram_unreachable_then_back_is_retried_until_delivered(
     with engine.begin() as conn:
         enqueue(conn, key="down", payload=text(600))
     wait_until(
-        lambda: row(engine, "down")["urinish"] == 1 and row(engine, "down")["holat"] == "kutmoqda",
+        lambda: "cannot reach Telegram for bot" in relay.stderr,
         20,
-        "a failed first attempt",
+        "the bot's pause",
         explain=relays.describe,
     )
-    assert "could not connect to telegram" in row(engine, "down")["oxirgi_xato"].lower()
+    # The try could not connect: the row is back in the queue, no attempt spent, no failure.
+    wait_until(lambda: row(engine, "down")["holat"] == "kutmoqda", 20, "the row handed back")
+    assert (row(engine, "down")["urinish"], row(engine, "down")["oxirgi_xato"]) == (0, None)
     second = FakeTelegram(token=TEST_TOKEN).start_in_thread(port=port)
     try:
         wait_until(
@@ -503,8 +505,10 @@ def test_telegram_unreachable_then_back_is_retried_until_delivered(
         assert relay.stop() == 0, relay.describe()
     finally:
         second.stop_thread()
-    assert row(engine, "down")["urinish"] == 2
+    assert row(engine, "down")["urinish"] == 1
     assert [d.chat_id for d in second.delivered] == [600]
+    assert relay.stderr.count("cannot reach Telegram for bot") == 1, relay.stderr
+    assert "Telegram answers again for bot" in relay.stderr, relay.stderr
 
 
 def test_default_rate_limits_stay_under_telegrams(

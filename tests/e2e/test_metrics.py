@@ -51,6 +51,7 @@ def test_a_relay_reports_what_it_did(
     assert samples["outbox_relay_in_flight"] == 0
     assert samples["outbox_relay_unwritten_outcomes"] == 0
     assert samples["outbox_relay_flood_control_seconds"] == 0
+    assert samples["outbox_relay_unreachable_bots"] == 0
     assert relay.stop() == 0, relay.describe()
 
 

@@ -1,6 +1,7 @@
 WITH RECURSIVE
 budget AS (
     SELECT greatest(clock_timestamp(), keyingi_slot) AS base, clock_timestamp() AS t0,
+           set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true) AS idle_limit,
            pauza_tugashi > now()
            OR EXISTS (SELECT 1 FROM "public".pauza
                       WHERE (doira = 'navbat' AND qiymat = %(queue)s)

@@ -18,7 +18,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -233,9 +233,18 @@ def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, s
 class RelayProcess:
     """``outbox relay`` in a process of its own; output goes to files (no pipe can fill up)."""
 
-    def __init__(self, env: Mapping[str, str], log_dir: Path, name: str, *args: str) -> None:
+    def __init__(
+        self,
+        env: Mapping[str, str],
+        log_dir: Path,
+        name: str,
+        *args: str,
+        launcher: Sequence[str] = (),
+    ) -> None:
         self.name = name
-        self.argv = [sys.executable, "-m", "outbox.cli", "relay", *args]
+        # ``launcher`` runs the relay, such as ``ip netns exec NAME`` (which execs it: the
+        # process is still the relay's).
+        self.argv = [*launcher, sys.executable, "-m", "outbox.cli", "relay", *args]
         self.stdout_path = log_dir / f"{name}.out"
         self.stderr_path = log_dir / f"{name}.err"
         with self.stdout_path.open("wb") as out, self.stderr_path.open("wb") as err:
@@ -291,14 +300,19 @@ class RelayProcess:
 class Relays:
     """Starts relay processes and makes sure none outlives the test."""
 
-    def __init__(self, env: Mapping[str, str], log_dir: Path) -> None:
+    def __init__(
+        self, env: Mapping[str, str], log_dir: Path, *, launcher: Sequence[str] = ()
+    ) -> None:
         self.env = dict(env)
         self.log_dir = log_dir
+        self.launcher = tuple(launcher)
         self.started: list[RelayProcess] = []
 
     def start(self, *args: str, **settings: str) -> RelayProcess:
         name = f"relay{len(self.started) + 1}"
-        relay = RelayProcess({**self.env, **settings}, self.log_dir, name, *args)
+        relay = RelayProcess(
+            {**self.env, **settings}, self.log_dir, name, *args, launcher=self.launcher
+        )
         self.started.append(relay)
         return relay
 
@@ -424,7 +438,16 @@ class OwnPostgres:
     server's user would lose its data folder mid-test.
     """
 
-    def __init__(self, *, standby_of: OwnPostgres | None = None) -> None:
+    def __init__(
+        self,
+        *,
+        standby_of: OwnPostgres | None = None,
+        listen: Sequence[str] = ("127.0.0.1",),
+        trust: Sequence[str] = (),
+    ) -> None:
+        # The addresses it listens on (the first is the URL's), and the networks (CIDR) whose
+        # clients it trusts as it trusts those of 127.0.0.1.
+        self.listen = tuple(listen)
         base = Path(tempfile.mkdtemp(prefix="outbox-pg-"))
         self.base = base
         self.bin = postgres_bin_dir()
@@ -441,6 +464,9 @@ class OwnPostgres:
         except BaseException:
             shutil.rmtree(base, ignore_errors=True)
             raise
+        with (self.pgdata / "pg_hba.conf").open("a", encoding="utf-8") as hba:
+            for network in trust:
+                hba.write(f"host all all {network} trust\n")
 
     def _make_data(self, standby_of: OwnPostgres | None) -> None:
         if standby_of is None:
@@ -474,10 +500,11 @@ class OwnPostgres:
 
     @property
     def url(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+        return f"postgresql://postgres@{self.listen[0]}:{self.port}/postgres"
 
     def start(self) -> None:
-        options = f"-c listen_addresses=127.0.0.1 -p {self.port} -k '' -c fsync=on"
+        addresses = ",".join(self.listen)
+        options = f"-c listen_addresses={addresses} -p {self.port} -k '' -c fsync=on"
         self._run(
             "pg_ctl",
             "-D",
@@ -531,11 +558,13 @@ class OwnPostgres:
             raise
 
 
-def start_own_postgres() -> OwnPostgres:
-    """A private PostgreSQL server, started (the test skips where one cannot be set up); the
-    caller closes it."""
+def start_own_postgres(
+    *, listen: Sequence[str] = ("127.0.0.1",), trust: Sequence[str] = ()
+) -> OwnPostgres:
+    """A private PostgreSQL server listening on ``listen`` (trusting clients of the networks
+    ``trust`` too), started (the test skips where one cannot be set up); the caller closes it."""
     try:
-        server = OwnPostgres()
+        server = OwnPostgres(listen=listen, trust=trust)
     except subprocess.CalledProcessError as err:  # e.g. no way to add the postgres user
         pytest.skip(f"cannot set up a private PostgreSQL server here: {err.stderr!r}")
     server.start()

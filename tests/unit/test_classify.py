@@ -200,12 +200,13 @@ def test_ok_false_with_status_200_is_transient() -> None:
 
 
 @pytest.mark.parametrize("exc_type", [httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout])
-def test_request_that_never_left_is_transient_and_not_delivered(
+def test_request_that_never_left_means_telegram_cannot_be_reached(
     exc_type: type[httpx.HTTPError],
 ) -> None:
     failure = classified(raising(exc_type))
-    assert failure.kind is FailureKind.TRANSIENT
+    assert failure.kind is FailureKind.UNREACHABLE
     assert not failure.maybe_delivered
+    assert not failure.answered
     assert "could not connect to Telegram" in failure.reason
 
 
@@ -224,7 +225,14 @@ def test_request_without_an_answer_may_have_been_delivered(
     failure = classified(raising(exc_type))
     assert failure.kind is FailureKind.TRANSIENT
     assert failure.maybe_delivered
+    assert not failure.answered  # a probe that meets this has not heard from Telegram
     assert words in failure.reason
+
+
+def test_an_error_answer_means_telegram_can_be_reached() -> None:
+    assert classified(error(500, "Internal Server Error")).answered
+    assert classified(error(429, "Too Many Requests: retry after 3", retry_after=3)).answered
+    assert classified(error(400, "Bad Request: chat not found")).answered
 
 
 def test_the_order_of_checks_respects_the_exception_hierarchy() -> None:
@@ -321,6 +329,23 @@ def test_retry_after_is_a_floor_on_the_backoff(
 ) -> None:
     decision = decide(RetryPolicy(), 0.0, RowFacts(attempts), flood(retry_after))
     assert (decision.state, decision.delay_seconds) == (State.PENDING, delay)
+
+
+UNREACHABLE = Failure(FailureKind.UNREACHABLE, "could not connect to Telegram: ConnectError")
+
+
+@pytest.mark.parametrize("attempts", [1, 2, 3])
+def test_a_try_that_could_not_connect_costs_no_attempt_and_keeps_its_place(attempts: int) -> None:
+    # Even on the last attempt: an outage longer than the schedule moves nothing to xato.
+    decision = decide(RetryPolicy(), 10.0, RowFacts(attempts), UNREACHABLE)
+    assert decision == hand_back(10.0, RowFacts(attempts))
+    assert (decision.state, decision.attempts) == (State.PENDING, attempts - 1)
+    assert (decision.delay_seconds, decision.error) == (None, None)  # its time, no failure
+
+
+def test_a_row_that_could_not_connect_after_its_expiry_fails_as_expired() -> None:
+    decision = decide(RetryPolicy(), 10.0, RowFacts(1, expires_at=5.0), UNREACHABLE)
+    assert (decision.state, decision.code) == (State.FAILED, FailureCode.EXPIRED)
 
 
 def test_429_on_the_last_attempt_is_xato() -> None:
