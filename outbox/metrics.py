@@ -107,7 +107,7 @@ def relay_app(relay: Relay) -> WsgiApp:
     def app(environ: dict[str, Any], start_response: StartResponse) -> Iterable[bytes]:
         path = environ.get("PATH_INFO", "")
         if path == "/healthz":
-            status, body = probe_answer(relay.health.problem())
+            status, body = probe_answer(relay.health.stuck())
         elif path == "/readyz":
             paused = relay.flood.paused_for(time.monotonic())
             status, body = probe_answer(relay.health.not_ready(paused))

@@ -22,7 +22,7 @@ from outbox.db import check_schema
 from outbox.errors import DatabaseUnavailable, OutboxError
 from outbox.relay.claimer import Claimer
 from outbox.relay.completer import Completer
-from outbox.relay.health import Health
+from outbox.relay.health import LIVE_AFTER, Health
 from outbox.relay.heartbeat import Heartbeat, RelayIdentity
 from outbox.relay.lanes import BotSource, GivenBots, Lanes
 from outbox.relay.listener import Listener
@@ -79,7 +79,12 @@ class Relay:
         self._claim_store, self._record_store = store("claim"), store("record")
         self._heartbeat_store = store("heartbeat")
         # /healthz and /readyz (outbox.metrics); the heartbeat is its probe of the database.
-        self.health = Health(stale_after=2 * config.heartbeat_interval)
+        # Alive while the heartbeat's loop goes round: a try may take a connect timeout and an
+        # answer timeout before it gives up, and an outage is no reason for a restart.
+        self.health = Health(
+            stale_after=2 * config.heartbeat_interval,
+            live_after=max(LIVE_AFTER, 3 * config.heartbeat_interval),
+        )
         self.completer = Completer(
             self._record_store,
             schema=config.schema,

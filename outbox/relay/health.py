@@ -1,11 +1,15 @@
-"""What a relay answers on ``/healthz`` and ``/readyz``: whether it can work, and whether it is
-claiming now.
+"""What a relay answers on ``/healthz`` and ``/readyz``: whether it is alive, and whether it
+is claiming now.
 
-Healthy means the database answers (the heartbeat's statement, every few seconds, is the
-probe) and the Bot API accepted the token. A heartbeat that fails makes the relay unhealthy at
-once; one that hangs does after ``stale_after`` seconds without a success. Ready means healthy,
-running its claim loop, not stopping, and not held back by Telegram's flood control or by a
-Bot API that none of its bots can reach (``outbox.relay.reach``).
+Alive (``/healthz``, and the systemd watchdog) means the relay's own loop runs: its heartbeat
+tried the database within ``live_after`` seconds, whatever the answer, and nothing fatal stops
+it. An outage of the database or of Telegram is not a reason to restart a relay (a restart
+brings neither back, and the relay rides it out by itself), so a liveness probe does not fail
+for one. Ready (``/readyz``) means it can work and claims: the database answers its heartbeat
+(one that fails makes it not ready at once; one that hangs after ``stale_after`` seconds
+without a success), the Bot API accepted the token, the claim loop runs, it is not stopping,
+and it is not held back by Telegram's flood control or by a Bot API that none of its bots can
+reach (``outbox.relay.reach``).
 
 The relay's event loop writes these facts; the metrics thread reads them. Each is one
 attribute assignment, so a reader sees either the old fact or the new one.
@@ -16,13 +20,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-__all__ = ["Health"]
+__all__ = ["LIVE_AFTER", "Health"]
+
+# A relay whose heartbeat has not even tried the database for this long is stuck: its loop does
+# not run. Above a connect timeout plus an answer timeout (``outbox.relay.store``), so that a
+# try that waits for a silent server does not count as stuck.
+LIVE_AFTER = 60.0
 
 
 class Health:
-    def __init__(self, *, stale_after: float, clock: Callable[[], float] = time.monotonic):
+    def __init__(
+        self,
+        *,
+        stale_after: float,
+        live_after: float = LIVE_AFTER,
+        clock: Callable[[], float] = time.monotonic,
+    ):
         self._stale_after = stale_after
+        self._live_after = live_after
         self._clock = clock
+        self._tried_at = clock()  # the heartbeat's last try, answered or not
         self._database_ok_at: float | None = None
         self._database_problem: str | None = "starting: the database has not answered yet"
         self._bot_api_problem: str | None = "starting: the Bot API has not accepted the token yet"
@@ -34,6 +51,10 @@ class Health:
         self._stopping = False
 
     # --- written by the relay --------------------------------------------------------------
+
+    def heartbeat_tried(self) -> None:
+        """The heartbeat's loop went round (the database answered or not): alive."""
+        self._tried_at = self._clock()
 
     def database_ok(self) -> None:
         self._database_ok_at = self._clock()
@@ -65,6 +86,15 @@ class Health:
         self._stopping = True
 
     # --- read by the probes ----------------------------------------------------------------
+
+    def stuck(self) -> str | None:
+        """Why the relay is not alive, in one line (``/healthz``); None while it is."""
+        if self._fatal is not None:
+            return self._fatal
+        silent = self._clock() - self._tried_at
+        if silent > self._live_after:
+            return f"stuck: the heartbeat has not run for {silent:.0f} s"
+        return None
 
     def problem(self) -> str | None:
         """Why the relay cannot work now, in one line; None while it can."""

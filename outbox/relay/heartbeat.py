@@ -130,8 +130,11 @@ class Heartbeat:
                             "the heartbeat failed; trying again every %g s", self._interval
                         )
                     failing = True
+                self._health.heartbeat_tried()
                 if self._health.problem() is None:
-                    self._systemd.healthy()
+                    self._systemd.ready()
+                if self._health.stuck() is None:
+                    self._systemd.alive()
                 await wait_for_stop(self._stop, self._interval)
         finally:
             self._systemd.stopping()

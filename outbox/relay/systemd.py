@@ -1,8 +1,9 @@
 """systemd's notify protocol, for a relay run as a ``Type=notify`` service with ``WatchdogSec=``.
 
-``READY=1`` once the relay first wrote its heartbeat; ``WATCHDOG=1`` after each heartbeat while
-the relay is healthy (what ``/healthz`` answers 200 to), so that systemd restarts a relay that
-hangs or has been unable to work for longer than ``WatchdogSec``; ``STOPPING=1`` when it stops.
+``READY=1`` once the relay first wrote its heartbeat; ``WATCHDOG=1`` each time its heartbeat's
+loop goes round while it is alive (what ``/healthz`` answers 200 to), answered or not, so that
+systemd restarts a relay that hangs for longer than ``WatchdogSec`` and not one that rides out
+a database outage; ``STOPPING=1`` when it stops.
 Outside systemd (no ``NOTIFY_SOCKET``) every call does nothing.
 """
 
@@ -26,12 +27,17 @@ class SystemdNotifier:
     def enabled(self) -> bool:
         return bool(self._address)
 
-    def healthy(self) -> None:
-        """Tell systemd the relay works: ready the first time, a watchdog ping every time."""
+    def ready(self) -> None:
+        """Tell systemd the relay has started (the first time only)."""
         if not self._ready:
             self._ready = True
             self._send("READY=1\nSTATUS=relaying")
-        self._send("WATCHDOG=1")
+
+    def alive(self) -> None:
+        """A watchdog ping: the relay's loop runs (after READY=1 only: until then systemd's
+        start timeout watches the start)."""
+        if self._ready:
+            self._send("WATCHDOG=1")
 
     def stopping(self) -> None:
         self._send("STOPPING=1")

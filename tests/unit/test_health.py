@@ -1,5 +1,6 @@
-"""``/healthz`` and ``/readyz`` of a relay: they follow its database (a private PostgreSQL,
-stopped and started) and its token; the rules themselves as a unit.
+"""``/healthz`` and ``/readyz`` of a relay: readiness follows its database (a private
+PostgreSQL, stopped and started) and its token, liveness its own loop; the rules themselves as a
+unit.
 
 Here the unit tier's tests (no database); the others are in ``tests/e2e/test_health.py``.
 """
@@ -47,6 +48,26 @@ def test_health_rules() -> None:
     assert health.problem() is None and health.not_ready() == "stopping: no new claims"
     health.fatal("the Bot API rejected the bot token (401 Unauthorized)")
     assert health.problem() == "the Bot API rejected the bot token (401 Unauthorized)"
+
+
+def test_alive_while_the_heartbeat_goes_round_whatever_the_database_says() -> None:
+    clock = Clock()
+    health = Health(stale_after=10, live_after=60, clock=clock)
+    assert health.stuck() is None  # starting: its first heartbeat has a minute
+    clock.now += 59
+    health.heartbeat_tried()
+    health.database_failed("connection refused")
+    # An outage: not ready, still alive (a restart would not bring the database back).
+    assert health.problem() == "database unavailable: connection refused"
+    assert health.stuck() is None
+    clock.now += 60
+    assert health.stuck() is None
+    clock.now += 1
+    assert health.stuck() == "stuck: the heartbeat has not run for 61 s"
+    health.heartbeat_tried()
+    assert health.stuck() is None
+    health.fatal("writing outcomes failed")
+    assert health.stuck() == "writing outcomes failed"
 
 
 def test_probe_answers_are_one_line_without_the_token() -> None:

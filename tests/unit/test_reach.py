@@ -30,7 +30,7 @@ def test_telegram_out_of_reach_is_not_ready_but_still_healthy() -> None:
     health.running()
     health.telegram_unreachable("could not connect to Telegram: httpx.ConnectTimeout\nmore")
     # A liveness probe must not restart a relay for Telegram's outage.
-    assert health.problem() is None
+    assert health.problem() is None and health.stuck() is None
     assert health.not_ready() == "cannot reach Telegram: could not connect to Telegram: " + (
         "httpx.ConnectTimeout"
     )
