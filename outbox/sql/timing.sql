@@ -13,7 +13,7 @@ WITH bots AS (
     SELECT * FROM unnest(CAST(:bots AS text[]), CAST(:unnamed AS bool[])) AS b(bot, unnamed)
 ),
 lanes AS (
-    SELECT b.bot, l.k
+    SELECT b.bot, l.k, ARRAY[b.bot, CASE WHEN b.unnamed THEN ':' || q.navbat END] AS ks
     FROM bots b
     CROSS JOIN unnest(CAST(:queues AS text[])) AS q(navbat)
     CROSS JOIN LATERAL (SELECT b.bot || ':' || q.navbat AS k
@@ -41,7 +41,8 @@ timed AS (
     ) f
     LEFT JOIN LATERAL (
         -- Due now: a row whose chat may not receive yet is due when its chat may (the first
-        -- rows only).
+        -- rows only). A row held behind an earlier one of its chat is no work of its own: the
+        -- earlier one is (or, claimed, its outcome wakes the claimer; another relay's, the poll).
         SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
                AS due
         FROM (SELECT o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM outbox o
@@ -51,6 +52,13 @@ timed AS (
                          SELECT 1 FROM pauza z
                          WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
                             OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
+                AND (o.tartib IS NULL OR o.suhbat IS NULL OR NOT EXISTS (
+                         SELECT 1 FROM outbox e
+                         WHERE coalesce(e.bot, ':' || e.navbat) = ANY (l.ks)
+                           AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
+                           AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+                           AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+                           AND (e.tartib, e.id) < (o.tartib, o.id)))
               ORDER BY o.keyingi_urinish, o.id LIMIT 64) p
         LEFT JOIN chat_navbati c ON c.bot = l.bot AND c.chat = p.chat
     ) d ON true
@@ -75,7 +83,8 @@ timed AS (
 )
 SELECT b.bot,
        min(greatest(CASE WHEN t.at > now() THEN least(extract(epoch FROM t.at), t.window_due)
-                         ELSE t.chat_due END,
+                         -- Every first due row held behind an earlier one: the poll.
+                         ELSE coalesce(t.chat_due, 'Infinity') END,
                     extract(epoch FROM h.pauza_tugashi),
                     extract(epoch FROM h.keyingi_slot) - :horizon))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.

@@ -171,6 +171,11 @@ RETURNING id, urinish, band_vaqti, kalit
 
 
 _INDEXES = "SELECT indexname FROM pg_indexes WHERE tablename = 'outbox' ORDER BY 1"
+# Every row as it was before the revisions (outbox_0016's columns are new: left out).
+_FINGERPRINT = (
+    "SELECT md5(string_agg((to_jsonb(o) - 'tartib' - 'suhbat')::text, ',' ORDER BY id)) "
+    "FROM outbox o"
+)
 
 
 def test_revision_0012_swaps_the_indexes_and_keeps_every_row(db_url: str) -> None:
@@ -187,12 +192,12 @@ def test_revision_0012_swaps_the_indexes_and_keeps_every_row(db_url: str) -> Non
         )
         conn.execute("UPDATE outbox SET holat = 'bajarildi' WHERE id % 4 = 2")
         conn.execute("UPDATE outbox SET yakka = true WHERE id % 4 = 3")
-        before = conn.execute("SELECT md5(string_agg(o::text, ',' ORDER BY id)) FROM outbox o")
+        before = conn.execute(_FINGERPRINT)
         fingerprint = before.fetchone()
     command.upgrade(config, "head")
     with psycopg.connect(db_url, autocommit=True) as conn:
         assert [r for (r,) in conn.execute(_INDEXES)] == new_indexes
-        after = conn.execute("SELECT md5(string_agg(o::text, ',' ORDER BY id)) FROM outbox o")
+        after = conn.execute(_FINGERPRINT)
         assert after.fetchone() == fingerprint
         claimed = conn.execute(
             "SELECT count(*) FROM outbox WHERE egasi = 'h' AND holat = 'bajarilmoqda'"
