@@ -186,9 +186,7 @@ def _checked_lane(
             raise InvalidInput(f"expires_at {expiry} has already passed")
     if not isinstance(ordered, bool):
         raise InvalidInput(f"ordered must be True or False, got {ordered!r}")
-    return queries.Lane(
-        priority=priority, earliest=earliest, expires_at=expiry, ordered=ordered
-    )
+    return queries.Lane(priority=priority, earliest=earliest, expires_at=expiry, ordered=ordered)
 
 
 def enqueue(
