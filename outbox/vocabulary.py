@@ -69,6 +69,8 @@ OUTBOX: tuple[Name, ...] = (
     _name("earliest", "eng_erta", "may go from this time on, to keep a peak on time"),
     _name("expires_at", "eskirish", "never sent after this time"),
     _name("bot", "bot", "the public id of the bot that sends it (NULL: the relay's one token)"),
+    _name("place", "tartib", "its place in its chat's order: when first due (NULL: unordered)"),
+    _name("chat", "suhbat", "the chat it goes to, a follow-up's from its original"),
 )
 
 # The sent marker (table yuborilgan) as a message shows it.

@@ -102,11 +102,18 @@ def test_the_revision_down_and_up_keeps_every_row_and_the_names(db_url: str) -> 
             "jsonb_build_object('chat_id', g, 'text', repeat('x', g)), 'q' || g % 3, "
             "CASE WHEN g % 2 = 0 THEN g::text END FROM generate_series(1, 500) g"
         )
-        before = conn.execute("SELECT md5(string_agg(o::text, ',' ORDER BY id)) FROM outbox o")
+        # Every row as it was (outbox_0016's columns are new: left out).
+        before = conn.execute(
+            "SELECT md5(string_agg((to_jsonb(o) - 'tartib' - 'suhbat')::text, ',' ORDER BY id)) "
+            "FROM outbox o"
+        )
         fingerprint = before.fetchone()
     command.upgrade(config, "head")
     with psycopg.connect(db_url, autocommit=True) as conn:
-        after = conn.execute("SELECT md5(string_agg(o::text, ',' ORDER BY id)) FROM outbox o")
+        after = conn.execute(
+            "SELECT md5(string_agg((to_jsonb(o) - 'tartib' - 'suhbat')::text, ',' ORDER BY id)) "
+            "FROM outbox o"
+        )
         assert after.fetchone() == fingerprint
         left = {
             r
