@@ -10,7 +10,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from outbox import enqueue
-from outbox_testing.fake_telegram import Fault, FakeTelegram
+from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import Relays, relay_env, states, text, wait_until
 
 CHATS = range(8000, 8060)
