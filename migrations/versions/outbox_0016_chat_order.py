@@ -14,12 +14,12 @@ follow-up by ``message_key`` its original's chat (from its sent marker, or from 
 own row while it waits). Both are filled by a row trigger, so the lesson's plain INSERT is
 ordered too; an insert that gives ``tartib`` keeps it, and ``'infinity'`` asks for none.
 
-``outbox_order_idx`` holds the rows still to be sent (waiting or claimed) that have a place:
+``outbox_order_idx`` holds the rows still to be sent (waiting or claimed) that have a chat:
 keyed by the bot (the row's ``bot``, or ``:queue`` for a row naming none, which a relay with one
 token serves as its bot's), the chat, the priority and the place. The claim probes it once per
-candidate (is there an earlier row of this key?), as it probes a follow-up's original.
+candidate (is there an earlier row of this key?), as it probes a follow-up's original; rows
+without a place (NULL) sort after every place and are never read by that probe.
 
-``outbox_followup_idx`` finds the follow-ups still to be sent of one original, by its key.
 ``outbox_supersede`` (after insert) ends pending edits of one original that a newer edit of the
 same method makes pointless, and every pending edit of an original whose delete is pending:
 ``bajarildi`` with the code ``superseded`` and the id of the row that superseded it, no request.
@@ -81,7 +81,8 @@ $$"""
 def _supersede(s: str) -> str:
     # Only rows still waiting (kutmoqda) are ended: nothing is superseded once claimed. A row
     # a claim holds locked is waited for (that claim's transaction is short), then skipped if
-    # it was taken.
+    # it was taken. Follow-ups of one original share its chat: they are found through
+    # outbox_order_idx, among the rows of that chat still to be sent.
     return f"""
 CREATE FUNCTION {s}.outbox_supersede() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
@@ -89,14 +90,16 @@ DECLARE
     original text := NEW.payload ->> 'message_key';
     deleting bigint;
 BEGIN
-    IF original IS NULL OR NEW.holat <> 'kutmoqda' THEN
+    IF original IS NULL OR NEW.holat <> 'kutmoqda' OR NEW.suhbat IS NULL THEN
         RETURN NULL;
     END IF;
     IF method IN {_EDITS} THEN
         -- An edit enqueued while a delete of its message is pending is pointless itself.
         SELECT d.id INTO deleting FROM {s}.outbox d
-        WHERE d.payload ? 'message_key' AND d.payload ->> 'message_key' = original
-          AND d.id <> NEW.id AND d.holat IN ('kutmoqda', 'bajarilmoqda')
+        WHERE coalesce(d.bot, ':' || d.navbat) = coalesce(NEW.bot, ':' || NEW.navbat)
+          AND d.suhbat = NEW.suhbat AND d.suhbat IS NOT NULL
+          AND d.holat IN ('kutmoqda', 'bajarilmoqda')
+          AND d.payload ->> 'message_key' = original AND d.id <> NEW.id
           AND lower(d.payload ->> 'method') = 'deletemessage'
         LIMIT 1;
         IF deleting IS NOT NULL THEN
@@ -110,8 +113,10 @@ BEGIN
     END IF;
     UPDATE {s}.outbox o SET holat = 'bajarildi', xato_turi = 'superseded',
         oxirgi_xato = format('superseded by row %s', NEW.id), yangilangan = now()
-    WHERE o.payload ? 'message_key' AND o.payload ->> 'message_key' = original
-      AND o.id < NEW.id AND o.holat = 'kutmoqda'
+    WHERE coalesce(o.bot, ':' || o.navbat) = coalesce(NEW.bot, ':' || NEW.navbat)
+      AND o.suhbat = NEW.suhbat AND o.suhbat IS NOT NULL
+      AND o.holat IN ('kutmoqda', 'bajarilmoqda') AND o.holat = 'kutmoqda'
+      AND o.payload ->> 'message_key' = original AND o.id < NEW.id
       AND CASE WHEN method = 'deletemessage' THEN lower(o.payload ->> 'method') IN {_EDITS}
                ELSE lower(o.payload ->> 'method') = method END;
     RETURN NULL;
@@ -133,27 +138,23 @@ def upgrade() -> None:
         f"WHEN (NEW.payload ? 'message_key') EXECUTE FUNCTION {s}.outbox_supersede()"
     )
     # The rows still to be sent take their place: a row never tried, its due time; a row
-    # tried already was due by then, and no later than its creation's turn.
-    op.execute(
-        f"UPDATE {s}.outbox o SET "
-        "tartib = CASE WHEN o.urinish = 0 THEN o.keyingi_urinish "
-        "              ELSE least(o.keyingi_urinish, o.yaratilgan) END, "
-        f"suhbat = (SELECT CASE WHEN length(c) <= {_CHAT_CHARS} THEN c END FROM (SELECT coalesce("
-        "    o.payload ->> 'chat_id', "
-        f"   (SELECT y.chat_id::text FROM {s}.yuborilgan y "
-        "     WHERE y.kalit = o.payload ->> 'message_key')) AS c) x) "
-        "WHERE o.holat IN ('kutmoqda', 'bajarilmoqda')"
-    )
+    # tried already was due by then, and no later than its creation's turn. One statement per
+    # state, so that each reads its partial index, not the whole table.
+    for state in ("kutmoqda", "bajarilmoqda"):
+        op.execute(
+            f"UPDATE {s}.outbox o SET "
+            "tartib = CASE WHEN o.urinish = 0 THEN o.keyingi_urinish "
+            "              ELSE least(o.keyingi_urinish, o.yaratilgan) END, "
+            f"suhbat = (SELECT CASE WHEN length(c) <= {_CHAT_CHARS} THEN c END FROM (SELECT "
+            "    coalesce(o.payload ->> 'chat_id', "
+            f"            (SELECT y.chat_id::text FROM {s}.yuborilgan y "
+            "             WHERE y.kalit = o.payload ->> 'message_key')) AS c) x) "
+            f"WHERE o.holat = '{state}'"
+        )
     op.execute(
         f"CREATE INDEX IF NOT EXISTS outbox_order_idx ON {s}.outbox "
         "((coalesce(bot, ':' || navbat)), suhbat, ustuvorlik, tartib, id) "
-        "WHERE holat IN ('kutmoqda', 'bajarilmoqda') AND tartib IS NOT NULL "
-        "AND suhbat IS NOT NULL"
-    )
-    op.execute(
-        f"CREATE INDEX IF NOT EXISTS outbox_followup_idx ON {s}.outbox "
-        "((payload ->> 'message_key')) "
-        "WHERE holat IN ('kutmoqda', 'bajarilmoqda') AND payload ? 'message_key'"
+        "WHERE holat IN ('kutmoqda', 'bajarilmoqda') AND suhbat IS NOT NULL"
     )
     op.execute(revision_comment(revision))
 
@@ -164,7 +165,6 @@ def downgrade() -> None:
     op.execute(f"DROP FUNCTION {s}.outbox_supersede()")
     op.execute(f"DROP TRIGGER outbox_order_fill ON {s}.outbox")
     op.execute(f"DROP FUNCTION {s}.outbox_order_fill()")
-    op.execute(f"DROP INDEX IF EXISTS {s}.outbox_followup_idx")
     op.execute(f"DROP INDEX IF EXISTS {s}.outbox_order_idx")
     op.execute(f"ALTER TABLE {s}.outbox DROP COLUMN suhbat, DROP COLUMN tartib")
     op.execute(revision_comment(down_revision))

@@ -326,3 +326,32 @@ def test_a_superseded_row_is_no_failure(engine: sa.Engine, db_url: str) -> None:
         status = queue_status(conn)
     assert status.counts.get(State.FAILED, 0) == 0
     assert status.counts[State.DONE] == 3  # the original and two superseded edits
+
+
+def test_the_revision_gives_the_rows_still_to_be_sent_their_place(db_url: str) -> None:
+    from alembic import command
+
+    from outbox import migrate
+    from outbox.schema import current_schema
+
+    config = migrate._config(db_url, migrate.SCRIPT_PACKAGE, current_schema())
+    command.downgrade(config, "outbox_0014")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        conn.execute(
+            "INSERT INTO outbox (kalit, payload, holat, keyingi_urinish) "
+            "SELECT 'old-' || g, jsonb_build_object('chat_id', 1, 'text', g::text), "
+            "CASE WHEN g = 4 THEN 'bajarildi' ELSE 'kutmoqda' END, "
+            "now() - make_interval(secs => 10 - g) FROM generate_series(1, 4) g"
+        )
+    command.upgrade(config, "head")
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        places = conn.execute(
+            "SELECT kalit, tartib IS NOT NULL, suhbat FROM outbox ORDER BY id"
+        ).fetchall()
+    assert places == [
+        ("old-1", True, "1"),
+        ("old-2", True, "1"),
+        ("old-3", True, "1"),
+        ("old-4", False, None),  # sent: no place needed
+    ]
+    assert claim(db_url) == ["old-1"]
