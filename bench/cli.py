@@ -20,6 +20,7 @@ from bench import (
     latency,
     lesson,
     limits,
+    order,
     peers,
     report,
     telegram_path,
@@ -40,6 +41,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "broadcast": (broadcast.run, "8. enqueue_many, a batch's progress and cancel, paused claims"),
     "lanes": (lanes.run, "9. lanes: a reply during a broadcast, a peak with and without windows"),
     "bots": (bots.run, "10. many bots: --tokens-dir against a relay per token; 1,000 bots"),
+    "order": (order.run, "11. order per chat: 500s, 429s and a relay killed, two relays"),
 }
 RESULTS_DIR = Path("bench/results")
 
