@@ -42,23 +42,26 @@ timed AS (
     LEFT JOIN LATERAL (
         -- Due now: a row whose chat may not receive yet is due when its chat may (the first
         -- rows only). A row held behind an earlier one of its chat is no work of its own: the
-        -- earlier one is (or, claimed, its outcome wakes the claimer; another relay's, the poll).
-        SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
-               AS due
-        FROM (SELECT o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM outbox o
+        -- earlier one is (its retry's time, or, claimed, its outcome wakes the claimer). If all
+        -- the first rows are held, the claim's walk looks further: due now.
+        SELECT coalesce(min(greatest(extract(epoch FROM p.keyingi_urinish),
+                                     extract(epoch FROM c.keyingi))) FILTER (WHERE NOT p.held),
+                        extract(epoch FROM now())) AS due
+        FROM (SELECT o.keyingi_urinish, o.payload ->> 'chat_id' AS chat,
+                     o.tartib IS NOT NULL AND o.suhbat IS NOT NULL AND EXISTS (
+                         SELECT 1 FROM outbox e
+                         WHERE coalesce(e.bot, ':' || e.navbat) = ANY (l.ks)
+                           AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
+                           AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+                           AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+                           AND (e.tartib, e.id) < (o.tartib, o.id)) AS held
+              FROM outbox o
               WHERE coalesce(o.bot, '') || ':' || o.navbat = l.k AND o.holat = 'kutmoqda'
                 AND f.at <= now()
                 AND (NOT (SELECT paused FROM kinds) OR NOT EXISTS (
                          SELECT 1 FROM pauza z
                          WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
                             OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
-                AND (o.tartib IS NULL OR o.suhbat IS NULL OR NOT EXISTS (
-                         SELECT 1 FROM outbox e
-                         WHERE coalesce(e.bot, ':' || e.navbat) = ANY (l.ks)
-                           AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
-                           AND e.holat IN ('kutmoqda', 'bajarilmoqda')
-                           AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-                           AND (e.tartib, e.id) < (o.tartib, o.id)))
               ORDER BY o.keyingi_urinish, o.id LIMIT 64) p
         LEFT JOIN chat_navbati c ON c.bot = l.bot AND c.chat = p.chat
     ) d ON true
@@ -83,8 +86,7 @@ timed AS (
 )
 SELECT b.bot,
        min(greatest(CASE WHEN t.at > now() THEN least(extract(epoch FROM t.at), t.window_due)
-                         -- Every first due row held behind an earlier one: the poll.
-                         ELSE coalesce(t.chat_due, 'Infinity') END,
+                         ELSE t.chat_due END,
                     extract(epoch FROM h.pauza_tugashi),
                     extract(epoch FROM h.keyingi_slot) - :horizon))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.

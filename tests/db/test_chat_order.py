@@ -243,6 +243,26 @@ def test_a_held_chat_is_no_work_for_the_timing(engine: sa.Engine, db_url: str) -
     assert due is not None and due > 20
 
 
+def test_a_chat_held_behind_its_first_rows_hides_no_other_chat(
+    engine: sa.Engine, db_url: str
+) -> None:
+    busy = steps(engine, 1, 70)  # more than the timing's first rows
+    assert claim(db_url) == [busy[0]]  # in flight: the other 69 are held behind it
+    with engine.begin() as conn:
+        enqueue(conn, key="other", payload=text(2))
+
+    async def timing() -> float | None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            found = await bots_timing(
+                conn, ["default"], ["default"], schema=SCHEMA, horizon=1.0, unnamed=[True]
+            )
+            return found["default"].next_due
+
+    due = asyncio.run(timing())
+    assert due is not None and due <= 0  # the claim's walk looks past them
+    assert claim(db_url) == ["other"]
+
+
 # --- the latest edit wins ---------------------------------------------------------------------
 
 
