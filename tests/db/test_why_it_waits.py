@@ -155,3 +155,16 @@ def test_superseded_edits_say_so_in_show(engine: sa.Engine, db_url: str) -> None
     assert message is not None and message.state == State.DONE
     assert message.error_code == "superseded"
     assert message.last_error == f"superseded by row {row_id(engine, 'e1')}"
+
+
+def test_the_pages_message_view_says_what_holds_it(engine: sa.Engine, db_url: str) -> None:
+    from tests.support.webapp import local_page
+
+    keys = steps(engine, 1, 2)
+    assert claim(db_url) == [keys[0]]
+    retry_later(db_url, keys[0])
+    with local_page(db_url) as page:
+        answer = page.get(f"/messages/{row_id(engine, keys[1])}")
+    assert answer.status == 200
+    assert 'data-hold="earlier"' in answer.body
+    assert f"an earlier message of its chat: row {row_id(engine, keys[0])} " in answer.body
