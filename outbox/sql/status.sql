@@ -40,19 +40,23 @@ SELECT navbat AS queue,
        -- Due at infinity: no relay ever claims them (refused since outbox_0002).
        count(*) FILTER (WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity') AS never_due
 FROM (
-    -- Held: due, with an earlier message of its chat (bot, priority) still to be sent; a
-    -- row naming no bot as a relay with one token sees it. One probe of outbox_order_idx.
-    SELECT o.navbat, 'kutmoqda' AS holat, o.keyingi_urinish, NULL::timestamptz AS band_vaqti,
-           o.keyingi_urinish <= now() AND o.tartib IS NOT NULL AND o.suhbat IS NOT NULL
-           AND EXISTS (SELECT 1 FROM outbox e
-                       WHERE coalesce(e.bot, ':' || e.navbat)
-                             IN (coalesce(o.bot, ':' || o.navbat), ':' || o.navbat)
-                         AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
-                         AND e.holat IN ('kutmoqda', 'bajarilmoqda')
-                         AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-                         AND (e.tartib, e.id) < (o.tartib, o.id)) AS held
-    FROM outbox o WHERE o.holat = 'kutmoqda'
-      AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))
+    -- Held: due, behind an earlier message of its chat (bot, priority) still to be sent. One
+    -- walk of outbox_order_idx, in its order: a row that is not its chat's first is held (a
+    -- probe per row cost several times as much beside a backlog). Rows without a chat apart.
+    SELECT navbat, holat, keyingi_urinish, NULL::timestamptz AS band_vaqti, held
+    FROM (SELECT o.navbat, o.holat, o.keyingi_urinish,
+                 o.keyingi_urinish <= now() AND o.tartib IS NOT NULL
+                 AND row_number() OVER (PARTITION BY coalesce(o.bot, ':' || o.navbat), o.suhbat,
+                                                     o.ustuvorlik
+                                        ORDER BY o.tartib, o.id) > 1 AS held
+          FROM outbox o
+          WHERE o.holat IN ('kutmoqda', 'bajarilmoqda') AND o.suhbat IS NOT NULL
+            AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))) w
+    WHERE holat = 'kutmoqda'
+    UNION ALL
+    SELECT navbat, holat, keyingi_urinish, NULL, false FROM outbox
+    WHERE holat = 'kutmoqda' AND suhbat IS NULL
+      AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
     UNION ALL
     SELECT navbat, 'bajarilmoqda', NULL, band_vaqti, false FROM outbox
     WHERE holat = 'bajarilmoqda'
