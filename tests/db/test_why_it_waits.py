@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import json
 from datetime import timedelta
 
+import pytest
 import sqlalchemy as sa
 
 import outbox
@@ -14,7 +16,7 @@ from outbox.ops.views import status as status_view
 from outbox.queries import Scope
 from outbox.states import State
 from tests.db.test_chat_order import claim, now_plus, retry_later, sent_original, steps
-from tests.support import text
+from tests.support import run_cli, text
 
 BOT = 5551234  # a bot named by the rows, whose state rows the test writes
 
@@ -168,3 +170,23 @@ def test_the_pages_message_view_says_what_holds_it(engine: sa.Engine, db_url: st
     assert answer.status == 200
     assert 'data-hold="earlier"' in answer.body
     assert f"an earlier message of its chat: row {row_id(engine, keys[0])} " in answer.body
+
+
+def test_the_commands_show_and_status_say_it(
+    engine: sa.Engine,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", db_url)
+    keys = steps(engine, 1, 3)
+    assert claim(db_url) == [keys[0]]
+    retry_later(db_url, keys[0])
+    first, last = row_id(engine, keys[0]), row_id(engine, keys[2])
+    code, out, _ = run_cli(capsys, "show", str(last))
+    assert code == 0
+    assert f"\n  an earlier message of its chat: row {first} (kutmoqda, " in out
+    code, out, _ = run_cli(capsys, "show", str(last), "--json")
+    assert code == 0 and json.loads(out)["waits_for"][0]["id"] == first
+    code, out, _ = run_cli(capsys, "status", "--json")
+    assert code == 0 and json.loads(out)["held"] == 2
