@@ -20,6 +20,7 @@ from bench import (
     latency,
     lesson,
     limits,
+    migration,
     order,
     peers,
     report,
@@ -42,6 +43,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "lanes": (lanes.run, "9. lanes: a reply during a broadcast, a peak with and without windows"),
     "bots": (bots.run, "10. many bots: --tokens-dir against a relay per token; 1,000 bots"),
     "order": (order.run, "11. order per chat: 500s, 429s and a relay killed, two relays"),
+    "migration": (migration.run, "12. the newest revision's lock beside 1,000,000 rows"),
 }
 RESULTS_DIR = Path("bench/results")
 

@@ -28,8 +28,9 @@ Locks: adding the two nullable columns is instant (no rewrite), but ALTER TABLE 
 table's ACCESS EXCLUSIVE lock until the revision commits; the rows still to be sent get their
 place (their due time, or their creation for a row already tried), then the index is built
 (one read of the table). Measured on an outbox of 1,000,000 rows (990,000 done, 10,000
-pending): see docs/decisions.md. Building ``outbox_order_idx`` beforehand with ``CREATE INDEX
-CONCURRENTLY`` under the same definition leaves the build out (IF NOT EXISTS).
+pending) by ``python -m bench --only migration``: see docs/decisions.md. Building
+``outbox_order_idx`` beforehand with ``CREATE INDEX CONCURRENTLY`` under the same definition
+leaves the build out (IF NOT EXISTS).
 
 A relay of the previous release keeps working against this schema, without the order.
 """
