@@ -216,6 +216,7 @@ class ReplayResult:
     # is ('xato', or None when no message has that key).
     original: str | None = None
     original_state: str | None = None
+    superseded: bool = False  # done without a request: a newer edit or a delete made it pointless
 
 
 @operation
@@ -245,6 +246,7 @@ def replay(
     if wanted is None:
         wanted = [int(row.id) for row in found]
     seen = {int(row.id): (row.state, _marker(row)) for row in found}
+    superseded = {int(row.id) for row in found if row.superseded}
     accepted = [
         row_id
         for row_id, (state, marker) in seen.items()
@@ -270,7 +272,15 @@ def replay(
         state, marker = seen.get(row_id, (None, None))
         original, original_state = stranded.get(row_id, (None, None))
         results.append(
-            ReplayResult(row_id, row_id in replayed, state, marker, original, original_state)
+            ReplayResult(
+                row_id,
+                row_id in replayed,
+                state,
+                marker,
+                original,
+                original_state,
+                superseded=row_id in superseded,
+            )
         )
     return results
 

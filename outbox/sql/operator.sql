@@ -48,6 +48,7 @@ LIMIT :limit;
 -- match. A follow-up's original (payload.message_key) is 'sent' when its marker exists, else
 -- its row's state, NULL when no message has the key.
 SELECT o.id AS id, o.holat AS state, o.kalit AS key,
+       o.holat = 'bajarildi' AND o.xato_turi IS NOT DISTINCT FROM 'superseded' AS superseded,
        y.chat_id AS marker_chat_id, y.message_id AS marker_message_id,
        y.yuborilgan_vaqt AS marker_sent_at, y.message_ids AS marker_message_ids,
        o.payload ->> 'message_key' AS original,

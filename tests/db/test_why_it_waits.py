@@ -190,3 +190,18 @@ def test_the_commands_show_and_status_say_it(
     assert code == 0 and json.loads(out)["waits_for"][0]["id"] == first
     code, out, _ = run_cli(capsys, "status", "--json")
     assert code == 0 and json.loads(out)["held"] == 2
+
+
+def test_a_superseded_edit_is_not_replayed_as_if_delivered(engine: sa.Engine, db_url: str) -> None:
+    sent_original(engine, db_url)
+    with engine.begin() as conn:
+        for n in range(2):
+            payload = {"method": "editMessageText", "message_key": "task", "text": str(n)}
+            outbox.enqueue(conn, key=f"e{n}", payload=payload)
+    with engine.begin() as conn:
+        [result] = outbox.replay(conn, [row_id(engine, "e0")])
+    assert not result.replayed and result.superseded
+    assert view.replay_refusal(result) == (
+        f"message {result.id} not replayed: it is bajarildi, not xato (it was superseded by a "
+        "newer edit or a delete, and never sent)"
+    )

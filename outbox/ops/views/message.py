@@ -363,6 +363,8 @@ def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
         return f"no outbox message with id {result.id}"
     if result.state != State.FAILED:
         reason = _NOT_FAILED.get(result.state, "only failed messages are replayed")
+        if result.superseded:
+            reason = "it was superseded by a newer edit or a delete, and never sent"
         if result.marker is not None:
             reason += f", {_marker_text(result.marker)}"
         return (
