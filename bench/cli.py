@@ -20,6 +20,8 @@ from bench import (
     latency,
     lesson,
     limits,
+    migration,
+    order,
     peers,
     report,
     telegram_path,
@@ -40,6 +42,8 @@ PARTS: dict[str, tuple[Part, str]] = {
     "broadcast": (broadcast.run, "8. enqueue_many, a batch's progress and cancel, paused claims"),
     "lanes": (lanes.run, "9. lanes: a reply during a broadcast, a peak with and without windows"),
     "bots": (bots.run, "10. many bots: --tokens-dir against a relay per token; 1,000 bots"),
+    "order": (order.run, "11. order per chat: 500s, 429s and a relay killed, two relays"),
+    "migration": (migration.run, "12. the newest revision's lock beside 1,000,000 rows"),
 }
 RESULTS_DIR = Path("bench/results")
 

@@ -257,6 +257,12 @@ class FakeBotApi:
     def reset(self) -> None:
         self._http.post("/_fake/reset").raise_for_status()
 
+    def script(self, chat_id: int | None, fault: dict[str, Any], times: int = 1) -> None:
+        """Answer ``chat_id``'s next ``times`` requests with ``fault`` (the control API's shape:
+        ``{"kind": "server_error", "status": 500}``)."""
+        body = {"chat_id": chat_id, "fault": fault, "times": times}
+        self._http.post("/_fake/script", json=body).raise_for_status()
+
     def wait_delivered(self, n: int, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while self.stats()["delivered"] < n:
@@ -301,6 +307,11 @@ class RelayProcess:
 
     def alive(self) -> bool:
         return self._proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL: the relay dies holding whatever it claimed."""
+        self._proc.kill()
+        self._proc.wait()
 
     def close(self) -> str:
         """Stop it (SIGTERM, as in production) and return what it logged."""

@@ -120,6 +120,7 @@ def _enqueue_steps(
     early: timedelta | None = None,
     expires_at: datetime | None = None,
     bot: int | str | None = None,
+    ordered: bool = True,
 ) -> queries.Steps:
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(key, str) or not key:
@@ -128,7 +129,9 @@ def _enqueue_steps(
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    lane = _checked_lane(run_at=run_at, priority=priority, early=early, expires_at=expires_at)
+    lane = _checked_lane(
+        run_at=run_at, priority=priority, early=early, expires_at=expires_at, ordered=ordered
+    )
     return queries.enqueue(
         schema=resolve_schema(schema),
         kind=kind,
@@ -154,7 +157,7 @@ def _aware(value: object, field: str) -> datetime | None:
 
 
 def _checked_lane(
-    *, run_at: object, priority: object, early: object, expires_at: object
+    *, run_at: object, priority: object, early: object, expires_at: object, ordered: object = True
 ) -> queries.Lane:
     """The message's place among the bot's others; each mistake refused in one line (the
     table's checks say the same for plain SQL)."""
@@ -183,7 +186,9 @@ def _checked_lane(
             raise InvalidInput(f"expires_at {expiry} is before run_at {moment}")
         if moment is None and expiry <= datetime.now(UTC):
             raise InvalidInput(f"expires_at {expiry} has already passed")
-    return queries.Lane(priority=priority, earliest=earliest, expires_at=expiry)
+    if not isinstance(ordered, bool):
+        raise InvalidInput(f"ordered must be True or False, got {ordered!r}")
+    return queries.Lane(priority=priority, earliest=earliest, expires_at=expiry, ordered=ordered)
 
 
 def enqueue(
@@ -200,6 +205,7 @@ def enqueue(
     early: timedelta | None = None,
     expires_at: datetime | None = None,
     bot: int | None = None,
+    ordered: bool = True,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -220,6 +226,11 @@ def enqueue(
     starved); ``early`` lets the message go from ``run_at - early`` when the bot's planned
     sends would otherwise miss ``run_at`` (never earlier than needed); ``expires_at``: never
     sent after it; such a row ends ``xato`` with the code ``expired``.
+
+    Order: the messages of one chat from one bot and of one priority reach the chat in the
+    order they were due when enqueued (``run_at`` or now; then enqueue order), across retries
+    and relays; a later one waits while an earlier one is still to be sent. ``ordered=False``
+    takes the message out of that order: it goes as soon as it can and holds nothing back.
     """
     steps = _enqueue_steps(
         key=key,
@@ -233,6 +244,7 @@ def enqueue(
         early=early,
         expires_at=expires_at,
         bot=bot,
+        ordered=ordered,
     )
     return Enqueued(*queries.run_sync(conn, steps))
 
@@ -251,6 +263,7 @@ async def enqueue_async(
     early: timedelta | None = None,
     expires_at: datetime | None = None,
     bot: int | None = None,
+    ordered: bool = True,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_steps(
@@ -265,6 +278,7 @@ async def enqueue_async(
         early=early,
         expires_at=expires_at,
         bot=bot,
+        ordered=ordered,
     )
     return Enqueued(*await queries.run_async(conn, steps))
 

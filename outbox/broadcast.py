@@ -56,12 +56,15 @@ def _enqueue_many_steps(
     early: timedelta | None = None,
     expires_at: datetime | None = None,
     bot: int | None = None,
+    ordered: bool = True,
 ) -> queries.Steps:
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    lane = _checked_lane(run_at=run_at, priority=priority, early=early, expires_at=expires_at)
+    lane = _checked_lane(
+        run_at=run_at, priority=priority, early=early, expires_at=expires_at, ordered=ordered
+    )
     checked = []
     for number, (key, payload) in enumerate(messages):
         if not isinstance(key, str) or not key:
@@ -94,13 +97,15 @@ def enqueue_many(
     early: timedelta | None = None,
     expires_at: datetime | None = None,
     bot: int | None = None,
+    ordered: bool = True,
 ) -> int:
     """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
     commits); return how many were new (a key already in the outbox is left as it is).
 
     Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
     ``batch`` names the broadcast (``outbox batch NAME``); ``bot`` the bot that sends them
-    all, and ``priority``, ``early`` and ``expires_at`` their lanes, as for ``enqueue``. The
+    all, and ``priority``, ``early``, ``expires_at`` and ``ordered`` their lanes, as for
+    ``enqueue`` (a broadcast of one message per chat loses nothing to its order). The
     list goes to the database as one JSON document: split a list of millions into chunks of
     some ten thousand.
     """
@@ -115,6 +120,7 @@ def enqueue_many(
         early=early,
         expires_at=expires_at,
         bot=bot,
+        ordered=ordered,
     )
     return int(queries.run_sync(conn, steps))
 
@@ -132,6 +138,7 @@ async def enqueue_many_async(
     early: timedelta | None = None,
     expires_at: datetime | None = None,
     bot: int | None = None,
+    ordered: bool = True,
 ) -> int:
     """``enqueue_many`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_many_steps(
@@ -145,6 +152,7 @@ async def enqueue_many_async(
         early=early,
         expires_at=expires_at,
         bot=bot,
+        ordered=ordered,
     )
     return int(await queries.run_async(conn, steps))
 

@@ -40,3 +40,7 @@ class FailureCode(StrEnum):
     CLAIM_EXPIRED = "claim_expired"  # the relay holding the claim died or hung (the reaper)
     CANCELLED = "cancelled"  # an operator cancelled the waiting message
     EXPIRED = "expired"  # its expiry (eskirish) passed before it could be sent
+    # Not a failure: a pending edit made pointless by a newer edit of the same method or a
+    # pending delete of its message (outbox_0016). Its row is bajarildi, without a request, and
+    # oxirgi_xato names the row that superseded it.
+    SUPERSEDED = "superseded"

@@ -71,6 +71,8 @@ OUTBOX: tuple[Name, ...] = (
     _name("bot", "bot", "the public id of the bot that sends it (NULL: the relay's one token)"),
     _name("traceparent", "traceparent", "the W3C trace context of the span that enqueued it"),
     _name("tracestate", "tracestate", "that span's W3C tracestate, if it had one"),
+    _name("place", "tartib", "its place in its chat's order: when first due (NULL: unordered)"),
+    _name("chat", "suhbat", "the chat it goes to, a follow-up's from its original"),
 )
 
 # The sent marker (table yuborilgan) as a message shows it.

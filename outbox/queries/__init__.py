@@ -60,6 +60,7 @@ from outbox.queries.maintenance import (
 )
 from outbox.queries.operator import (
     Activity,
+    Hold,
     Message,
     ReplayResult,
     SentMarker,
@@ -111,6 +112,7 @@ __all__ = [
     "BotFigures",
     "ClaimLimits",
     "ClaimedRow",
+    "Hold",
     "Lane",
     "LaneFigures",
     "Message",

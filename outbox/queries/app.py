@@ -25,12 +25,14 @@ class Lane(NamedTuple):
     priority: int = 0  # ustuvorlik
     earliest: datetime | None = None  # eng_erta
     expires_at: datetime | None = None  # eskirish
+    # A place in its chat's order (tartib, outbox_0016): False lets it go as soon as it can.
+    ordered: bool = True
 
 
 _ENQUEUE = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                          eng_erta, eskirish, bot, traceparent, tracestate)
+                          eng_erta, eskirish, bot, traceparent, tracestate, tartib)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb),
             -- A follow-up is due no sooner than its original, if that still waits (nor
             -- later than its own expiry: the claim then fails it as expired).
@@ -42,7 +44,9 @@ WITH inserted AS (
                   CAST(:eskirish AS timestamptz)),
             :navbat, CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
             CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
-            CAST(:tracestate AS text))
+            CAST(:tracestate AS text),
+            -- NULL: the row trigger gives it its first due time; 'infinity': no place.
+            CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -75,6 +79,7 @@ def enqueue(
         "ustuvorlik": lane.priority,
         "eng_erta": lane.earliest,
         "eskirish": lane.expires_at,
+        "ordered": lane.ordered,
         "tur": kind,
         "kalit": key,
         "payload": json.dumps(payload),

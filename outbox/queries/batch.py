@@ -30,11 +30,13 @@ __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 _ENQUEUE_MANY = """
 WITH inserted AS (
     INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                          eng_erta, eskirish, bot, traceparent, tracestate)
+                          eng_erta, eskirish, bot, traceparent, tracestate, tartib)
     SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
            CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
            CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
-           CAST(:tracestate AS text)
+           CAST(:tracestate AS text),
+           -- NULL: the row trigger gives each its first due time; 'infinity': no place.
+           CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END
     FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING 1
@@ -73,6 +75,7 @@ def enqueue_many(
         "ustuvorlik": lane.priority,
         "eng_erta": lane.earliest,
         "eskirish": lane.expires_at,
+        "ordered": lane.ordered,
         "bot": bot,
         "traceparent": trace.traceparent,
         "tracestate": trace.tracestate,

@@ -4,18 +4,20 @@ web page's activity and filters. Operations of named queries (``outbox/sql/opera
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from typing import Any
 
 from outbox.payload import UnreadablePayload, read_json
 from outbox.queries._common import Reading, operation
+from outbox.queries.registry import MISSED_BEATS
 from outbox.schema import DEFAULT_QUEUE, notify_channel
 from outbox.states import State
 from outbox.vocabulary import entry_key
 
 __all__ = [
     "Activity",
+    "Hold",
     "Message",
     "ReplayResult",
     "SentMarker",
@@ -28,6 +30,20 @@ __all__ = [
     "replay",
     "search_messages",
 ]
+
+
+@dataclass(frozen=True, slots=True)
+class Hold:
+    """One thing a pending row waits for (``message_holds``): ``reason`` is 'earlier' (an
+    earlier message of its chat, ``row_id``), 'original' (a follow-up's original, ``row_id``),
+    'pause', 'flood' (its bot's 429 pause), 'chat' (its chat's next free moment), 'window' or
+    'due' (its own time)."""
+
+    reason: str
+    row_id: int | None = None
+    detail: str | None = None  # the earlier row's state, the pause's scope, the chat...
+    at: datetime | None = None  # until when, as far as the database knows
+    opens: datetime | None = None  # a window's start
 
 
 @dataclass(frozen=True, slots=True)
@@ -65,6 +81,7 @@ class Message:
     expires_at: datetime | None = None  # eskirish: never sent after then
     bot: str | None = None  # the public id of the bot that sends it (outbox_0011)
     traceparent: str | None = None  # the enqueuing span's W3C trace context (outbox_0015)
+    holds: tuple[Hold, ...] = ()  # what holds it, when pending (get_message only)
 
     @property
     def method(self) -> str:
@@ -166,8 +183,15 @@ def list_messages(
 
 @operation
 def get_message(message_id: int, *, schema: str) -> Reading[Message | None]:
+    """One message; a pending one with what holds it back (``Message.holds``)."""
     found = yield from _messages(schema, 1, id=message_id)
-    return found[0] if found else None
+    if not found:
+        return None
+    if found[0].state != State.PENDING:
+        return found[0]
+    rows = yield "message_holds", schema, {"id": message_id, "missed_beats": MISSED_BEATS}
+    holds = tuple(Hold(r.reason, r.row_id, r.detail, r.at, r.opens) for r in rows)
+    return replace(found[0], holds=holds)
 
 
 @operation
@@ -194,6 +218,7 @@ class ReplayResult:
     # is ('xato', or None when no message has that key).
     original: str | None = None
     original_state: str | None = None
+    superseded: bool = False  # done without a request: a newer edit or a delete made it pointless
 
 
 @operation
@@ -223,6 +248,7 @@ def replay(
     if wanted is None:
         wanted = [int(row.id) for row in found]
     seen = {int(row.id): (row.state, _marker(row)) for row in found}
+    superseded = {int(row.id) for row in found if row.superseded}
     accepted = [
         row_id
         for row_id, (state, marker) in seen.items()
@@ -248,7 +274,15 @@ def replay(
         state, marker = seen.get(row_id, (None, None))
         original, original_state = stranded.get(row_id, (None, None))
         results.append(
-            ReplayResult(row_id, row_id in replayed, state, marker, original, original_state)
+            ReplayResult(
+                row_id,
+                row_id in replayed,
+                state,
+                marker,
+                original,
+                original_state,
+                superseded=row_id in superseded,
+            )
         )
     return results
 

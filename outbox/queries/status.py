@@ -33,6 +33,7 @@ class QueueFigures:
     lag_seconds: float
     stuck_claims: int = 0
     never_due: int = 0
+    held: int = 0  # due pending rows waiting for an earlier message of their chat
 
     @property
     def stuck(self) -> int:
@@ -74,6 +75,9 @@ class QueueStatus:
     # Pending rows due at infinity: no relay ever claims them (the table refuses them since
     # outbox_0002, but a table migrated before may hold some).
     never_due: int = 0
+    # Due pending rows held behind an earlier message of their chat (bot, priority) still to
+    # be sent: they wait for it (its retry), not for a relay, and are not in lag_seconds.
+    held: int = 0
     # The same figures per queue (navbat), by name: the queue asked for, or every queue that
     # holds rows to send, being sent or failed (and done rows, when they are counted).
     queues: dict[str, QueueFigures] = field(default_factory=dict)
@@ -107,7 +111,11 @@ def queue_status(
             State.FAILED: int(row.failed),
         }
         per_queue[str(row.queue)] = QueueFigures(
-            counts, max(float(row.lag), 0.0), int(row.stuck_claims), int(row.never_due)
+            counts,
+            max(float(row.lag), 0.0),
+            int(row.stuck_claims),
+            int(row.never_due),
+            int(row.held),
         )
     if queue is not None and queue not in per_queue:
         per_queue[queue] = QueueFigures(dict.fromkeys(State, 0), 0.0)
@@ -134,6 +142,7 @@ def queue_status(
         estimated=tuple(estimated),
         stuck_claims=stuck,
         never_due=never_due,
+        held=sum(f.held for f in figures),
         queues=per_queue,
         lanes=(yield from lane_figures.steps(schema=schema, queue=queue)),
     )

@@ -44,6 +44,11 @@ keys(k) AS (
     -- those naming none if it takes them.
     SELECT :bot || ':' || :queue UNION ALL SELECT ':' || :queue WHERE :unnamed
 ),
+lane_bots AS (
+    -- The lane's bot as outbox_order_idx keys it: its id, and ':queue' for the rows naming
+    -- none if it takes them (they are its rows).
+    SELECT ARRAY[:bot, CASE WHEN :unnamed THEN ':' || :queue END] AS ks
+),
 plan AS (
     -- Delivery windows: with the windowed rows in deadline order, the k-th must start by
     -- deadline_k - k / rate. Rows up to the last one past that moment may go early.
@@ -77,6 +82,8 @@ clear AS (
                               OR (s.holat = 'bajarilmoqda' AND s.egasi = :holder))) AS ok
 ),
 alone AS (
+    -- Not held by its chat's order: it was claimable once, and a suspect that waited for a row
+    -- the walk cannot take while it waits would stop the lane.
     SELECT o.id, o.ustuvorlik, o.keyingi_urinish
     FROM outbox o
     WHERE o.yakka AND o.holat = 'kutmoqda' AND o.keyingi_urinish <= now()
@@ -124,6 +131,15 @@ walk AS (
               AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
                        SELECT 1 FROM outbox m WHERE m.kalit = o.payload ->> 'message_key'
                                                 AND m.holat IN ('kutmoqda', 'bajarilmoqda')))
+              -- A chat's message waits while an earlier one of its bot and priority is still to
+              -- be sent: one probe of outbox_order_idx.
+              AND (o.tartib IS NULL OR o.suhbat IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM outbox e
+                       WHERE coalesce(e.bot, ':' || e.navbat) = ANY ((SELECT ks FROM lane_bots)::text[])
+                         AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
+                         AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+                         AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+                         AND (e.tartib, e.id) < (o.tartib, o.id)))
               -- A chat that may not receive yet never fills a claim (head-of-line blocking).
               AND (NOT :chat_on OR coalesce(
                        (SELECT cn.keyingi FROM chat_navbati cn
@@ -165,6 +181,9 @@ LEFT JOIN outbox o ON o.id = f.id
 WITH keys(k) AS (
     SELECT :bot || ':' || :queue UNION ALL SELECT ':' || :queue WHERE :unnamed
 ),
+lane_bots AS (
+    SELECT ARRAY[:bot, CASE WHEN :unnamed THEN ':' || :queue END] AS ks
+),
 paused AS (
     SELECT EXISTS (SELECT 1 FROM pauza WHERE doira IN ('tur', 'partiya')) AS some_paused
 ),
@@ -186,6 +205,14 @@ oldest AS (
           AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
                    SELECT 1 FROM outbox m WHERE m.kalit = o.payload ->> 'message_key'
                                             AND m.holat IN ('kutmoqda', 'bajarilmoqda')))
+          -- A chat's message waits for the earlier ones of its bot and priority.
+          AND (o.tartib IS NULL OR o.suhbat IS NULL OR NOT EXISTS (
+                   SELECT 1 FROM outbox e
+                   WHERE coalesce(e.bot, ':' || e.navbat) = ANY ((SELECT ks FROM lane_bots)::text[])
+                     AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
+                     AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+                     AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+                     AND (e.tartib, e.id) < (o.tartib, o.id)))
           -- A chat that may not receive yet never fills a claim (head-of-line blocking).
           AND (NOT :chat_on OR coalesce(
                    (SELECT cn.keyingi FROM chat_navbati cn

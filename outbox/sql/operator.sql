@@ -48,6 +48,7 @@ LIMIT :limit;
 -- match. A follow-up's original (payload.message_key) is 'sent' when its marker exists, else
 -- its row's state, NULL when no message has the key.
 SELECT o.id AS id, o.holat AS state, o.kalit AS key,
+       o.holat = 'bajarildi' AND o.xato_turi IS NOT DISTINCT FROM 'superseded' AS superseded,
        y.chat_id AS marker_chat_id, y.message_id AS marker_message_id,
        y.yuborilgan_vaqt AS marker_sent_at, y.message_ids AS marker_message_ids,
        o.payload ->> 'message_key' AS original,
@@ -150,3 +151,59 @@ FROM (SELECT o.holat,
          OR (o.holat = 'xato' AND coalesce(o.xato_vaqti, o.yangilangan)
                                   > now() - make_interval(mins => CAST(:minutes AS int)))) f
 GROUP BY 1, 2;
+
+-- name: message_holds
+-- What holds a pending row (outbox show): one row per reason, in the claim's terms. 'earlier':
+-- the first message of its chat, bot and priority still to be sent before it (as a relay with
+-- one token sees a row naming no bot: its queue's rows naming none and those naming a bot);
+-- 'original': a follow-up's original still to be sent; 'pause': an operator's pause of its
+-- queue, bot, kind or batch; 'flood': its bot's flood pause (Telegram's 429), for a row naming
+-- no bot the bots of the live relays serving its queue; 'chat': its chat's next free moment;
+-- 'window': its window (may go from :opens, due at :at); 'due': its time (a schedule or a
+-- retry's wait).
+WITH m AS (SELECT * FROM outbox WHERE id = :id AND holat = 'kutmoqda'),
+bots AS (
+    SELECT m.bot FROM m WHERE m.bot IS NOT NULL
+    UNION
+    SELECT b.bot FROM m, relaylar r CROSS JOIN LATERAL unnest(r.botlar) AS b(bot)
+    WHERE m.bot IS NULL AND m.navbat = ANY (r.navbatlar)
+      AND r.oxirgi_signal > now() - make_interval(secs => r.signal_oraligi * :missed_beats)
+)
+SELECT 'earlier' AS reason, e.id AS row_id, e.holat AS detail,
+       CASE WHEN isfinite(e.keyingi_urinish) THEN e.keyingi_urinish END AS at,
+       NULL::timestamptz AS opens
+FROM m CROSS JOIN LATERAL (
+    SELECT e.id, e.holat, e.keyingi_urinish FROM outbox e
+    WHERE coalesce(e.bot, ':' || e.navbat) IN (coalesce(m.bot, ':' || m.navbat), ':' || m.navbat)
+      AND e.suhbat = m.suhbat AND e.ustuvorlik = m.ustuvorlik
+      AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+      AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+      AND (e.tartib, e.id) < (m.tartib, m.id)
+    ORDER BY e.tartib, e.id LIMIT 1) e
+WHERE m.tartib IS NOT NULL AND m.suhbat IS NOT NULL
+UNION ALL
+SELECT 'original', w.id, w.holat || ' ' || w.kalit,
+       CASE WHEN isfinite(w.keyingi_urinish) THEN w.keyingi_urinish END, NULL
+FROM m JOIN outbox w ON w.kalit = m.payload ->> 'message_key'
+WHERE w.holat IN ('kutmoqda', 'bajarilmoqda')
+UNION ALL
+SELECT 'pause', NULL, z.doira || ' ' || z.qiymat, NULL, NULL
+FROM m JOIN pauza z ON (z.doira = 'navbat' AND z.qiymat = m.navbat)
+                    OR (z.doira = 'bot' AND z.qiymat = m.bot)
+                    OR (z.doira = 'tur' AND z.qiymat = m.tur)
+                    OR (z.doira = 'partiya' AND z.qiymat = m.partiya)
+UNION ALL
+SELECT 'flood', NULL, h.bot, h.pauza_tugashi, NULL
+FROM bot_holati h WHERE h.bot IN (SELECT bot FROM bots) AND h.pauza_tugashi > now()
+   AND isfinite(h.pauza_tugashi)
+UNION ALL
+SELECT 'chat', NULL, c.chat, c.keyingi, NULL
+FROM m JOIN chat_navbati c ON c.chat = coalesce(m.suhbat, m.payload ->> 'chat_id')
+WHERE c.bot IN (SELECT bot FROM bots) AND c.keyingi > now() AND isfinite(c.keyingi)
+UNION ALL
+SELECT 'window', NULL, NULL, m.keyingi_urinish, m.eng_erta
+FROM m WHERE m.eng_erta IS NOT NULL AND m.keyingi_urinish > now()
+  AND isfinite(m.keyingi_urinish) AND isfinite(m.eng_erta)
+UNION ALL
+SELECT 'due', NULL, NULL, CASE WHEN isfinite(m.keyingi_urinish) THEN m.keyingi_urinish END, NULL
+FROM m WHERE m.eng_erta IS NULL AND m.keyingi_urinish > now()

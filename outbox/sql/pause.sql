@@ -26,4 +26,12 @@ WHERE o.holat = 'kutmoqda' AND o.keyingi_urinish <= now() AND o.keyingi_urinish 
                   WHERE (p.doira = 'navbat' AND p.qiymat = o.navbat)
                      OR (p.doira = 'tur' AND p.qiymat = o.tur)
                      OR (p.doira = 'partiya' AND p.qiymat = o.partiya))
+  -- Nor a row held behind an earlier message of its chat (status_per_queue's held).
+  AND (o.tartib IS NULL OR o.suhbat IS NULL OR NOT EXISTS (
+           SELECT 1 FROM outbox e
+           WHERE coalesce(e.bot, ':' || e.navbat) IN (coalesce(o.bot, ':' || o.navbat), ':' || o.navbat)
+             AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
+             AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+             AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+             AND (e.tartib, e.id) < (o.tartib, o.id)))
 GROUP BY o.navbat;

@@ -27,9 +27,12 @@ SELECT navbat AS queue,
        count(*) FILTER (WHERE holat = 'bajarilmoqda') AS in_progress,
        count(*) FILTER (WHERE holat = 'bajarildi') AS done,
        count(*) FILTER (WHERE holat = 'xato') AS failed,
+       -- A row held behind an earlier message of its chat waits for that one, not for a relay:
+       -- counted apart, and not the queue's lag.
        coalesce(extract(epoch FROM now() - min(keyingi_urinish) FILTER (
-           WHERE holat = 'kutmoqda' AND keyingi_urinish <= now()
+           WHERE holat = 'kutmoqda' AND keyingi_urinish <= now() AND NOT held
              AND keyingi_urinish > '-infinity')), 0)::float8 AS lag,
+       count(*) FILTER (WHERE held) AS held,
        -- Claims older than the lease or without a claim time: the reaper returns them.
        count(*) FILTER (WHERE holat = 'bajarilmoqda' AND (band_vaqti IS NULL
            OR band_vaqti = 'infinity' OR band_vaqti < now() - make_interval(secs => :lease)))
@@ -37,17 +40,32 @@ SELECT navbat AS queue,
        -- Due at infinity: no relay ever claims them (refused since outbox_0002).
        count(*) FILTER (WHERE holat = 'kutmoqda' AND keyingi_urinish = 'infinity') AS never_due
 FROM (
-    SELECT navbat, 'kutmoqda' AS holat, keyingi_urinish, NULL::timestamptz AS band_vaqti
-    FROM outbox WHERE holat = 'kutmoqda'
+    -- Held: due, behind an earlier message of its chat (bot, priority) still to be sent. One
+    -- walk of outbox_order_idx, in its order: a row that is not its chat's first is held (a
+    -- probe per row cost several times as much beside a backlog). Rows without a chat apart.
+    SELECT navbat, holat, keyingi_urinish, NULL::timestamptz AS band_vaqti, held
+    FROM (SELECT o.navbat, o.holat, o.keyingi_urinish,
+                 o.keyingi_urinish <= now() AND o.tartib IS NOT NULL
+                 AND row_number() OVER (PARTITION BY coalesce(o.bot, ':' || o.navbat), o.suhbat,
+                                                     o.ustuvorlik
+                                        ORDER BY o.tartib, o.id) > 1 AS held
+          FROM outbox o
+          WHERE o.holat IN ('kutmoqda', 'bajarilmoqda') AND o.suhbat IS NOT NULL
+            AND (CAST(:navbat AS text) IS NULL OR o.navbat = CAST(:navbat AS text))) w
+    WHERE holat = 'kutmoqda'
+    UNION ALL
+    SELECT navbat, holat, keyingi_urinish, NULL, false FROM outbox
+    WHERE holat = 'kutmoqda' AND suhbat IS NULL
       AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
     UNION ALL
-    SELECT navbat, 'bajarilmoqda', NULL, band_vaqti FROM outbox WHERE holat = 'bajarilmoqda'
+    SELECT navbat, 'bajarilmoqda', NULL, band_vaqti, false FROM outbox
+    WHERE holat = 'bajarilmoqda'
       AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
     UNION ALL
-    SELECT navbat, 'xato', NULL, NULL FROM outbox WHERE holat = 'xato'
+    SELECT navbat, 'xato', NULL, NULL, false FROM outbox WHERE holat = 'xato'
       AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
     UNION ALL
-    SELECT navbat, 'bajarildi', NULL, NULL FROM outbox
+    SELECT navbat, 'bajarildi', NULL, NULL, false FROM outbox
     WHERE holat = 'bajarildi' AND CAST(:count_done AS boolean)
       AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
 ) r

@@ -13,7 +13,7 @@ WITH bots AS (
     SELECT * FROM unnest(CAST(:bots AS text[]), CAST(:unnamed AS bool[])) AS b(bot, unnamed)
 ),
 lanes AS (
-    SELECT b.bot, l.k
+    SELECT b.bot, l.k, ARRAY[b.bot, CASE WHEN b.unnamed THEN ':' || q.navbat END] AS ks
     FROM bots b
     CROSS JOIN unnest(CAST(:queues AS text[])) AS q(navbat)
     CROSS JOIN LATERAL (SELECT b.bot || ':' || q.navbat AS k
@@ -41,10 +41,21 @@ timed AS (
     ) f
     LEFT JOIN LATERAL (
         -- Due now: a row whose chat may not receive yet is due when its chat may (the first
-        -- rows only).
-        SELECT min(greatest(extract(epoch FROM p.keyingi_urinish), extract(epoch FROM c.keyingi)))
-               AS due
-        FROM (SELECT o.keyingi_urinish, o.payload ->> 'chat_id' AS chat FROM outbox o
+        -- rows only). A row held behind an earlier one of its chat is no work of its own: the
+        -- earlier one is (its retry's time, or, claimed, its outcome wakes the claimer). If all
+        -- the first rows are held, the claim's walk looks further: due now.
+        SELECT coalesce(min(greatest(extract(epoch FROM p.keyingi_urinish),
+                                     extract(epoch FROM c.keyingi))) FILTER (WHERE NOT p.held),
+                        extract(epoch FROM now())) AS due
+        FROM (SELECT o.keyingi_urinish, o.payload ->> 'chat_id' AS chat,
+                     o.tartib IS NOT NULL AND o.suhbat IS NOT NULL AND EXISTS (
+                         SELECT 1 FROM outbox e
+                         WHERE coalesce(e.bot, ':' || e.navbat) = ANY (l.ks)
+                           AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
+                           AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+                           AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+                           AND (e.tartib, e.id) < (o.tartib, o.id)) AS held
+              FROM outbox o
               WHERE coalesce(o.bot, '') || ':' || o.navbat = l.k AND o.holat = 'kutmoqda'
                 AND f.at <= now()
                 AND (NOT (SELECT paused FROM kinds) OR NOT EXISTS (

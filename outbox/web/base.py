@@ -87,6 +87,7 @@ def templates() -> jinja2.Environment:
         text_of=message.text_of,
         extra_payload=message.extra_payload,
         history=message.history,
+        hold_line=message.hold_line,
         queue_worth_showing=message.queue_worth_showing,
         lanes_lines=status.lanes_lines,
         chart_width=status.CHART_WIDTH,

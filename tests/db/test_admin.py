@@ -465,6 +465,7 @@ def test_status_counts_each_queue_when_there_are_several(
         "stuck": 0,
         "stuck_claims": 0,
         "never_due": 0,
+        "held": 0,
     }
     assert status["queues"]["bot2"]["holat"]["bajarildi"] == 1
     assert 600 <= status["queues"]["bot2"]["lag_seconds"] < 660

@@ -126,6 +126,27 @@ def test_a_generic_plan_beside_a_backlog_never_analysed_probes_each_priority_onc
     assert _discarded(nodes) < 500
 
 
+def test_the_chats_order_is_one_probe_of_its_index_per_candidate(db_url: str) -> None:
+    """Each candidate asks "an earlier row of this chat still to be sent?" through
+    outbox_order_idx, in a generic plan beside a backlog never analysed: 20,000 rows to 2,000
+    chats, ten each, so that nine rows in ten are held."""
+    with _connect(db_url) as conn:
+        conn.execute(
+            "INSERT INTO outbox (kalit, payload) SELECT 'k' || g, "
+            "jsonb_build_object('chat_id', (g - 1) / 10 + 1, 'text', 'x') "
+            "FROM generate_series(1, 20000) g"
+        )
+        conn.execute("SET plan_cache_mode = force_generic_plan")
+        nodes = _claim(conn)
+    assert int(nodes[0]["Actual Rows"]) == 64  # 64 chats' first messages
+    probes = [n for n in nodes if n.get("Index Name") == "outbox_order_idx"]
+    assert probes, "the order's probe does not use its index"
+    # About ten rows walked per row taken (the held ones), each one probe, nothing read more.
+    loops = sum(int(n["Actual Loops"]) for n in probes)
+    assert loops <= 64 * 10 + 10, loops
+    assert _discarded(nodes) <= 64 * 9 + 10  # the held rows walked past, no other
+
+
 def test_a_claim_does_not_walk_the_rows_other_queues_have_due_first(db_url: str) -> None:
     with _connect(db_url) as conn:
         _fill(conn, 500)

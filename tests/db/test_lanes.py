@@ -131,8 +131,9 @@ def test_a_row_handed_back_keeps_its_place(engine: sa.Engine, db_url: str) -> No
 
 def test_a_throttled_chat_does_not_fill_a_claim(engine: sa.Engine, db_url: str) -> None:
     limits = ClaimLimits(per_bot=10.0, chat_gap=60.0, group_gap=60.0, horizon=10.0)
-    for n in range(30):  # one chat's rows ahead of another's
-        add(engine, f"busy-{n}", 1, run_at=ago(engine, 100 - n))
+    for n in range(30):  # one chat's rows ahead of another's (out of the chat's order,
+        # which would hold them behind the first: here the chat's spacing alone holds them)
+        add(engine, f"busy-{n}", 1, run_at=ago(engine, 100 - n), ordered=False)
     add(engine, "other", 2, run_at=ago(engine, 1))
     assert claim(db_url, 10, limits) == ["busy-0"]
     # The busy chat may not receive for a minute: its rows are left out before the LIMIT.

@@ -91,8 +91,9 @@ def test_a_connection_lost_while_writing_one_by_one_keeps_the_rest_for_later(
     engine: sa.Engine, db_url: str
 ) -> None:
     with engine.begin() as conn:
-        for key in ("bad", "drop", "other"):
-            enqueue(conn, key=key, payload=text(1))
+        # Three chats: one claim takes all three (a chat's messages go one after the other).
+        for chat, key in enumerate(("bad", "drop", "other"), 1):
+            enqueue(conn, key=key, payload=text(chat))
 
     async def scenario() -> RunSummary:
         completer, connection, total = outcome_writer(db_url)

@@ -21,8 +21,9 @@ def test_the_completer_writes_a_batch_in_one_go_and_counts_what_the_fence_kept_o
     engine: sa.Engine, db_url: str
 ) -> None:
     with engine.begin() as conn:
-        for key in ("sent", "retry", "reaped"):
-            enqueue(conn, key=key, payload={"chat_id": 1, "text": key})
+        # Three chats: one claim takes all three (a chat's messages go one after the other).
+        for chat, key in enumerate(("sent", "retry", "reaped"), 1):
+            enqueue(conn, key=key, payload={"chat_id": chat, "text": key})
 
     async def scenario() -> tuple[RunSummary, list[int]]:
         completer, connection, total = outcome_writer(db_url)

@@ -20,6 +20,9 @@ room AS (
 keys(k) AS (
     SELECT %(bot)s || ':' || %(queue)s UNION ALL SELECT ':' || %(queue)s WHERE %(unnamed)s
 ),
+lane_bots AS (
+    SELECT ARRAY[%(bot)s, CASE WHEN %(unnamed)s THEN ':' || %(queue)s END] AS ks
+),
 plan AS (
     SELECT greatest(now(), max(d) FILTER (
                WHERE d - make_interval(secs => k / %(rate)s) <= now())) AS until
@@ -92,6 +95,13 @@ walk AS (
               AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
                        SELECT 1 FROM "public".outbox m WHERE m.kalit = o.payload ->> 'message_key'
                                                 AND m.holat IN ('kutmoqda', 'bajarilmoqda')))
+              AND (o.tartib IS NULL OR o.suhbat IS NULL OR NOT EXISTS (
+                       SELECT 1 FROM "public".outbox e
+                       WHERE coalesce(e.bot, ':' || e.navbat) = ANY ((SELECT ks FROM lane_bots)::text[])
+                         AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
+                         AND e.holat IN ('kutmoqda', 'bajarilmoqda')
+                         AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
+                         AND (e.tartib, e.id) < (o.tartib, o.id)))
               AND (NOT %(chat_on)s OR coalesce(
                        (SELECT cn.keyingi FROM "public".chat_navbati cn
                         WHERE cn.bot = %(bot)s

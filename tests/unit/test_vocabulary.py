@@ -77,7 +77,7 @@ def test_the_labels_are_the_documented_json_fields_and_lines() -> None:
         "id", "tur", "navbat", "bot", "kalit", "holat", "urinish", "keyingi_urinish", "ustuvorlik",
         "eng_erta", "eskirish", "band_vaqti", "oxirgi_xato", "xato_turi", "xato_vaqti", "partiya",
         "yaratilgan", "yangilangan", "traceparent", "method", "message_key", "payload", "tarix",
-        "yuborilgan",
+        "yuborilgan", "waits_for",
     ]  # fmt: skip
     assert message_view.messages_table([message])[0].split() == [
         "id", "tur", "kalit", "holat", "urinish", "keyingi_urinish", "oxirgi_xato",

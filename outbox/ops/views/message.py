@@ -8,14 +8,14 @@ database's, so that what an operator reads is what they type into ``psql``.
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
 from outbox.ops.views._text import clip, iso, json_text, span, table, when
 from outbox.payload import UnreadablePayload
-from outbox.queries import Message, ReplayResult, SentMarker
+from outbox.queries import Hold, Message, ReplayResult, SentMarker
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import State
 from outbox.vocabulary import entry_key, label, marker_label, payload_label
@@ -29,6 +29,8 @@ __all__ = [
     "chat_of",
     "extra_payload",
     "history",
+    "hold_line",
+    "holds_json",
     "message_json",
     "message_lines",
     "messages_table",
@@ -158,6 +160,49 @@ def messages_table(messages: Sequence[Message]) -> list[str]:
 # --- one message -----------------------------------------------------------------------------
 
 
+def _hold_original(h: Hold, at: str) -> str:
+    state, _, key = (h.detail or "").partition(" ")
+    return f"its original {key!r}: row {h.row_id} ({state})"
+
+
+# Each reason of message_holds in words; ``at`` is the hold's moment as shown.
+_HOLD_TEXT: dict[str, Callable[[Hold, str], str]] = {
+    "earlier": lambda h, at: (
+        f"an earlier message of its chat: row {h.row_id} ({h.detail}, "
+        f"{label('next_attempt_at')} {at})"
+    ),
+    "original": _hold_original,
+    "pause": lambda h, at: f"a pause of its {h.detail} (outbox resume)",
+    "flood": lambda h, at: f"its bot's flood pause (Telegram's 429, bot {h.detail}) until {at}",
+    "chat": lambda h, at: f"its chat's next free moment ({h.detail}): {at}",
+    "window": lambda h, at: (
+        f"its window: due {at}, may go from {when(h.opens)} if the bot's plan needs it"
+    ),
+    "due": lambda h, at: f"its time: due {at}",
+}
+
+
+def hold_line(hold: Hold) -> str:
+    """What holds a pending row, in words (``outbox show``, the page)."""
+    at = when(hold.at) if hold.at is not None else "-"
+    shown = _HOLD_TEXT.get(hold.reason)
+    return shown(hold, at) if shown else f"{hold.reason}: {hold.detail or '-'}"
+
+
+def holds_json(holds: Sequence[Hold]) -> list[dict[str, Any]]:
+    return [
+        {
+            "reason": h.reason,
+            "id": h.row_id,
+            "detail": h.detail,
+            "until": iso(h.at) if h.at is not None else None,
+            "opens": iso(h.opens) if h.opens is not None else None,
+            "text": hold_line(h),
+        }
+        for h in holds
+    ]
+
+
 def _marker_json(marker: SentMarker | None) -> dict[str, Any] | None:
     if marker is None:
         return None
@@ -185,6 +230,8 @@ def message_json(m: Message) -> dict[str, Any]:
         label("payload"): m.payload.text if isinstance(m.payload, UnreadablePayload) else m.payload,
         label("history"): m.history,
         MARKER_LABEL: _marker_json(m.marker),
+        # What holds a pending row back: the claim's reasons, each with its row or moment.
+        "waits_for": holds_json(m.holds) if m.state == State.PENDING else None,
     }
 
 
@@ -233,6 +280,9 @@ def message_lines(m: Message) -> list[str]:
         fields.append((payload_label("original"), m.original))
     fields.append((MARKER_LABEL, "-" if m.marker is None else _marker_text(m.marker)))
     lines = [f"{name:<16} {value}" for name, value in fields]
+    if m.state == State.PENDING:
+        lines.append(f"waits for ({len(m.holds)})" if m.holds else "waits for        nothing")
+        lines.extend("  " + hold_line(h) for h in m.holds)
     if isinstance(m.payload, UnreadablePayload):
         lines.append(f"payload          unreadable: {m.payload.reason}")
         lines.append("  " + clip(m.payload.text, RAW_PAYLOAD_WIDTH))
@@ -314,6 +364,8 @@ def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
         return f"no outbox message with id {result.id}"
     if result.state != State.FAILED:
         reason = _NOT_FAILED.get(result.state, "only failed messages are replayed")
+        if result.superseded:
+            reason = "it was superseded by a newer edit or a delete, and never sent"
         if result.marker is not None:
             reason += f", {_marker_text(result.marker)}"
         return (

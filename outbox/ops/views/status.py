@@ -63,6 +63,10 @@ def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[s
             "sent markers (yuborilgan)" + (f"; {about}" if "markers" in status.estimated else ""),
         ),
     ]
+    if status.held:  # only when some are: an outbox whose chats flow shows no such line
+        note = "due pending rows waiting for an earlier message of their chat (not in the lag)"
+        after_lag = len(status.counts) + 1
+        rows.insert(after_lag, ("held", str(status.held), note))
     lines = figures(rows + lanes_lines(status.lanes))
     if len(status.queues) > 1:
         lines += ["", *queues_table(status.queues)]
@@ -127,6 +131,7 @@ def queues_json(queues: Mapping[str, QueueFigures]) -> dict[str, Any]:
             "stuck": figures.stuck,
             "stuck_claims": figures.stuck_claims,
             "never_due": figures.never_due,
+            "held": figures.held,
         }
         for name, figures in queues.items()
     }
@@ -199,6 +204,7 @@ def status_json(report: StatusReport, warnings: list[str], problems: list[str]) 
         "stuck": status.stuck,
         "stuck_claims": status.stuck_claims,
         "never_due": status.never_due,
+        "held": status.held,
         "markers": status.markers,
         "estimated": list(status.estimated),
         "failed": status.counts[State.FAILED],
