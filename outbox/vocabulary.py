@@ -12,15 +12,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from outbox.states import State
-
 __all__ = [
     "HISTORY",
     "MARKER",
     "OUTBOX",
     "PAYLOAD",
     "RELAY",
-    "STATE_LITERALS",
     "Name",
     "column",
     "entry_key",
@@ -128,14 +125,6 @@ _BY_PYTHON = {name.python: name for name in OUTBOX}
 _MARKER_BY_PYTHON = {name.python: name for name in MARKER}
 _HISTORY_BY_PYTHON = {name.python: name for name in HISTORY}
 _PAYLOAD_BY_PYTHON = {name.python: name for name in PAYLOAD}
-
-# The states as SQL literals, for statements that name a state (``holat = {failed}``).
-STATE_LITERALS: dict[str, str] = {
-    "pending": f"'{State.PENDING}'",
-    "in_progress": f"'{State.IN_PROGRESS}'",
-    "done": f"'{State.DONE}'",
-    "failed": f"'{State.FAILED}'",
-}
 
 
 def column(python: str) -> str:

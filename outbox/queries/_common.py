@@ -26,8 +26,6 @@ from sqlalchemy import Connection
 from sqlalchemy.orm import Session
 
 from outbox import sql
-from outbox.schema import notify_channel, pause_channel
-from outbox.vocabulary import STATE_LITERALS
 
 if TYPE_CHECKING:
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
@@ -41,27 +39,6 @@ AnyConn = psycopg.Connection[Any] | Connection | Session
 
 P = ParamSpec("P")
 T = TypeVar("T")
-
-
-@functools.cache
-def _sql(template: str, schema: str) -> str:
-    """The statement with its tables qualified by ``schema`` (a validated identifier)."""
-    return template.format(
-        outbox=f'"{schema}".outbox',
-        yuborilgan=f'"{schema}".yuborilgan',
-        bot_holati=f'"{schema}".bot_holati',
-        chat_navbati=f'"{schema}".chat_navbati',
-        relaylar=f'"{schema}".relaylar',
-        pauza=f'"{schema}".pauza',
-        notify_channel=notify_channel(schema),
-        pause_channel=pause_channel(schema),
-        **STATE_LITERALS,
-    )
-
-
-@functools.cache
-def _text(template: str, schema: str) -> sa.TextClause:
-    return sa.text(_sql(template, schema))
 
 
 # An app-side operation is a generator of (statement, parameters) pairs that receives each

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from outbox.queries._common import AnyConn, Reading, Steps, _text, operation
+from outbox import sql
+from outbox.queries._common import AnyConn, Reading, Steps, operation
 from outbox.queries.app import Lane
 from outbox.queries.operator import cancel_waiting
 from outbox.queries.pause import Pause, Scope
@@ -24,25 +25,6 @@ from outbox.tracing import NO_TRACE, TraceContext
 __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 
 # --- the bulk enqueue: inside the caller's transaction, never commits --------------------------
-
-# One statement for the whole list: one JSON document (json.dumps builds it in C), one insert,
-# one NOTIFY from the statement trigger. Keys already present are left as they are.
-_ENQUEUE_MANY = """
-WITH inserted AS (
-    INSERT INTO {outbox} (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                          eng_erta, eskirish, bot, traceparent, tracestate, tartib)
-    SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
-           CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
-           CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
-           CAST(:tracestate AS text),
-           -- NULL: the row trigger gives each its first due time; 'infinity': no place.
-           CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END
-    FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
-    ON CONFLICT (kalit) DO NOTHING
-    RETURNING 1
-)
-SELECT count(*) FROM inserted
-"""
 
 
 def enqueue_many(
@@ -80,7 +62,7 @@ def enqueue_many(
         "traceparent": trace.traceparent,
         "tracestate": trace.tracestate,
     }
-    result = yield _text(_ENQUEUE_MANY, schema), params
+    result = yield sql.sa_sql("enqueue_many", schema), params
     return int(result.scalar_one())
 
 

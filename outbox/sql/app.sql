@@ -1,0 +1,69 @@
+-- What the host app runs in its own transaction, through its SQLAlchemy session or connection
+-- (outbox.queries.app, outbox.queries.batch): text() statements with :name parameters and
+-- explicit casts, so that any driver takes them. None of them commits.
+
+-- name: enqueue
+-- One message; (id, true) when new, (id, false) for a key already in the outbox. No row when the
+-- conflicting row was committed after this statement's snapshot: find_by_key then sees it.
+WITH inserted AS (
+    INSERT INTO outbox (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
+                        eng_erta, eskirish, bot, traceparent, tracestate, tartib)
+    VALUES (:tur, :kalit, CAST(:payload AS jsonb),
+            -- A follow-up is due no sooner than its original, if that still waits (nor
+            -- later than its own expiry: the claim then fails it as expired).
+            least(greatest(coalesce(CAST(:run_at AS timestamptz), now()),
+                           CASE WHEN CAST(:payload AS jsonb) ? 'message_key' THEN
+                               (SELECT w.keyingi_urinish FROM outbox w
+                                WHERE w.kalit = CAST(:payload AS jsonb) ->> 'message_key'
+                                  AND w.holat = 'kutmoqda') END),
+                  CAST(:eskirish AS timestamptz)),
+            :navbat, CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
+            CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
+            CAST(:tracestate AS text),
+            -- NULL: the row trigger gives it its first due time; 'infinity': no place.
+            CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END)
+    ON CONFLICT (kalit) DO NOTHING
+    RETURNING id
+)
+SELECT id, true FROM inserted
+UNION ALL
+SELECT id, false FROM outbox WHERE kalit = :kalit AND NOT EXISTS (SELECT 1 FROM inserted);
+
+-- name: find_by_key
+SELECT id FROM outbox WHERE kalit = :kalit;
+
+-- name: enqueue_many
+-- The whole list in one statement: one JSON document (json.dumps builds it in C), one insert,
+-- one NOTIFY from the statement trigger. Keys already present are left as they are; the answer
+-- is how many were new.
+WITH inserted AS (
+    INSERT INTO outbox (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
+                        eng_erta, eskirish, bot, traceparent, tracestate, tartib)
+    SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
+           CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
+           CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
+           CAST(:tracestate AS text),
+           -- NULL: the row trigger gives each its first due time; 'infinity': no place.
+           CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END
+    FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
+    ON CONFLICT (kalit) DO NOTHING
+    RETURNING 1
+)
+SELECT count(*) FROM inserted;
+
+-- name: cancel
+-- Claimed rows go too: a relay that waited before sending asks whether its claim still exists
+-- (still_claimed). Failed rows go so that a later bulk replay cannot send a withdrawn message.
+DELETE FROM outbox
+WHERE kalit = ANY(CAST(:keys AS text[])) AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato');
+
+-- name: update_pending
+-- Claimed and failed rows change too: a relay sends from the copy it claimed, so a message
+-- being sent right now goes out as it was, and any later attempt (a retry, a replay) sends the
+-- new text.
+UPDATE outbox SET payload = CAST(:payload AS jsonb), yangilangan = now()
+WHERE kalit = :kalit AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato');
+
+-- name: sent_keys
+-- A message the outbox sent has a sent marker: a follow-up (an edit, a delete) can act on it.
+SELECT kalit FROM yuborilgan WHERE kalit = ANY(CAST(:keys AS text[]));
