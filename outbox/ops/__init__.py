@@ -9,6 +9,7 @@ ops.status.run_async(conn, schema=...)``), in the caller's transaction. Connecti
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -241,14 +242,9 @@ REPORT_PAGE = 500
 def batch_report(conn: sql.SyncConn, name: str, *, schema: str) -> Iterator[list[tuple[Any, ...]]]:
     """A line per row of batch ``name`` still in the table (``views.batch.REPORT_COLUMNS``),
     in pages, from one statement (one snapshot) streamed from the server."""
-    page: list[tuple[Any, ...]] = []
     params = {"partiya": check_batch_name(name)}
-    for row in sql.stream_sync(conn, "batch_report", schema=schema, params=params):
-        page.append(row)
-        if len(page) == REPORT_PAGE:
-            yield page
-            page = []
-    if page:
+    rows = sql.stream_sync(conn, "batch_report", schema=schema, params=params)
+    while page := list(itertools.islice(rows, REPORT_PAGE)):
         yield page
 
 

@@ -272,8 +272,12 @@ def test_the_batch_report_is_a_line_per_message_as_the_rows_and_telegram_have_it
     db_url: str,
     fake_telegram: FakeTelegram,
     capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
+    from outbox import ops
     from outbox_testing.fake_telegram import Fault
+
+    monkeypatch.setattr(ops, "REPORT_PAGE", 3)  # the stream read in several pages
 
     with engine.begin() as conn:
         enqueue_many(conn, [(f"r{n}", text(500 + n)) for n in range(1, 6)], batch="weekly")
