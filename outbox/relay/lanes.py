@@ -164,6 +164,11 @@ class Lanes:
         self.lanes: dict[str, Lane] = {}
         self._retiring: dict[Lane, asyncio.Task[None]] = {}
         self._limits = fleet_limits(config.rate_limits, config.slot_horizon)
+        # One reach for every bot: they share one Bot API and one HTTP pool, so a cut is
+        # said once and probed once however many bots the relay serves.
+        self.reach = TelegramReach(
+            self._bots_named, self._probe, on_change=self._reach_changed, wakeup=wakeup
+        )
 
     # --- what the relay reports --------------------------------------------------------------
 
@@ -182,16 +187,27 @@ class Lanes:
 
     def unreachable(self) -> int:
         """How many of the relay's serving bots cannot reach Telegram from here now."""
-        return sum(lane.reach.down for lane in self.serving())
+        return len(self.serving()) if self.reach.down else 0
 
     def _reach_changed(self) -> None:
-        """Ready while at least one serving bot reaches Telegram (or none serves yet)."""
-        serving = self.serving()
-        cut = [lane for lane in serving if lane.reach.down]
-        if serving and len(cut) == len(serving):
-            self._health.telegram_unreachable(cut[0].reach.reason)
+        """Ready while the relay reaches Telegram (or no bot serves yet)."""
+        if self.reach.down and self.serving():
+            self._health.telegram_unreachable(self.reach.reason)
         else:
             self._health.telegram_reachable()
+
+    def _bots_named(self) -> str:
+        """The serving bots, for the log: "bot 123", or a few and how many more."""
+        bots = sorted(lane.bot for lane in self.serving()) or sorted(self.lanes)
+        if len(bots) == 1:
+            return f"bot {bots[0]}"
+        shown = ", ".join(bots[:3])
+        return f"bots {shown}" + (f" and {len(bots) - 3} more" if len(bots) > 3 else "")
+
+    async def _probe(self) -> bool:
+        """Whether the Bot API answers a serving bot's getMe (none serving: nothing to ask)."""
+        serving = self.serving()
+        return await _prober(serving[0].sender)() if serving else True
 
     @property
     def starting(self) -> bool:
@@ -233,9 +249,7 @@ class Lanes:
         sender = self.source.sender(bot, token)
         flood = FloodControl(schema=config.schema, bot=bot, store=self._record_store)
         holder: list[Lane] = []
-        reach = TelegramReach(
-            bot, _prober(sender), on_change=self._reach_changed, wakeup=self._wakeup
-        )
+        reach = self.reach
 
         def rejected(err: TelegramUnauthorized) -> None:
             del err  # the lane says its own
@@ -271,7 +285,6 @@ class Lanes:
         lane.tasks = [
             asyncio.create_task(self._start(lane), name=f"outbox-bot-{bot}-start"),
             asyncio.create_task(flood.run(), name=f"outbox-bot-{bot}-flood"),
-            asyncio.create_task(reach.run(), name=f"outbox-bot-{bot}-reach"),
         ]
         return lane
 
@@ -335,7 +348,6 @@ class Lanes:
         try:
             await lane.pool.finish(self._config.grace_seconds, self._hurry)
             lane.flood.stop()
-            lane.reach.stop()
             await asyncio.gather(*lane.tasks, return_exceptions=True)
             self._reach_changed()
             await lane.sender.close()
@@ -360,8 +372,13 @@ class Lanes:
             await lane.flood.announce()
 
     async def run(self) -> None:
-        await self._stop.wait()
-        await self.finish()
+        probing = asyncio.create_task(self.reach.run(), name="outbox-telegram-reach")
+        try:
+            await self._stop.wait()
+            await self.finish()
+        finally:
+            self.reach.stop()
+            await probing
 
     def stop(self) -> None:
         self._stop.set()

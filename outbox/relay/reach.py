@@ -1,12 +1,14 @@
-"""Whether this relay can reach the Bot API for one bot: a pause of its own, apart from
-Telegram's flood pause (shared by the bot's relays) and an operator's pause (in the database).
+"""Whether this relay can reach the Bot API: a pause of its own, apart from Telegram's flood
+pause (shared by a bot's relays) and an operator's pause (in the database).
 
-A send that could not connect (``FailureKind.UNREACHABLE``) is the bot's problem, not its
-message's: the row goes back keeping its place and its attempts, and the bot's sends stop in
-this relay only (another relay may reach Telegram well). One probe at a time (``getMe``),
-spaced by a backoff that grows to ``PROBE_MAX_DELAY``, finds when Telegram answers again; then
-the claimer is woken and sending resumes. The log says it once, sums up now and then, and
-says when it ends: how long, and how many rows went back.
+A send that could not connect (``FailureKind.UNREACHABLE``) is the relay's problem, not its
+message's: the row goes back keeping its place and its attempts, and the sends of the relay's
+bots stop in this relay only (another relay may reach Telegram well). The bots of a relay share
+one Bot API and one HTTP pool, so one reach serves them all: a cut is said once and probed once
+however many bots the relay serves. One probe at a time (``getMe``), spaced by a backoff that
+grows to ``PROBE_MAX_DELAY``, finds when Telegram answers again; then the claimer is woken and
+sending resumes. The log says it once, sums up now and then, and says when it ends: how long,
+and how many rows went back.
 """
 
 from __future__ import annotations
@@ -36,23 +38,24 @@ def probe_delay(probes: int) -> float:
 
 
 class TelegramReach:
-    """One bot's reach of the Bot API from this relay. ``down`` while it cannot be reached:
-    the bot's lane claims nothing and sends nothing; ``run`` probes until it answers.
+    """The relay's reach of the Bot API. ``down`` while it cannot be reached: its bots' lanes
+    claim nothing and send nothing; ``run`` probes until it answers.
 
-    ``probe`` returns whether the Bot API answered; ``on_change`` is called when ``down``
-    changes (the relay's readiness depends on it).
+    ``bots`` names them in the log ("bot 123456", or a few and how many more); ``probe``
+    returns whether the Bot API answered; ``on_change`` is called when ``down`` changes (the
+    relay's readiness depends on it).
     """
 
     def __init__(
         self,
-        bot: str,
+        bots: str | Callable[[], str],
         probe: Callable[[], Awaitable[bool]],
         *,
         on_change: Callable[[], None],
         wakeup: asyncio.Event,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.bot = bot
+        self._bots = bots
         self._probe = probe
         self._on_change = on_change
         self._wakeup = wakeup  # the claimer's: the bot may send again
@@ -65,18 +68,22 @@ class TelegramReach:
         self._lost = asyncio.Event()
         self._stop = asyncio.Event()
 
+    @property
+    def bots(self) -> str:
+        return self._bots if isinstance(self._bots, str) else self._bots()
+
     def lost(self, reason: str) -> None:
-        """A send of the bot could not connect: pause its sends and start probing."""
+        """A send could not connect: pause the sends and start probing."""
         if self.down:
             return
         self.down, self.reason, self._since = True, reason, self._clock()
         self._handed_back = self._retried = 0
-        log.warning("cannot reach Telegram for bot %s: %s; pausing its sends", self.bot, reason)
+        log.warning("cannot reach Telegram for %s: %s; pausing sends", self.bots, reason)
         self._lost.set()
         self._on_change()
 
     def handed_back(self) -> None:
-        """A row of the bot went back to the queue unsent because of the cut."""
+        """A row went back to the queue unsent because of the cut."""
         self._handed_back += 1
 
     def retried_in_cut(self) -> bool:
@@ -116,9 +123,9 @@ class TelegramReach:
                 summary_every = min(summary_every * 2, _SUMMARY_MAX)
                 next_summary = now + summary_every
                 log.warning(
-                    "Telegram still cannot be reached for bot %s after %.0f s (%d probes, "
+                    "Telegram still cannot be reached for %s after %.0f s (%d probes, "
                     "%d rows handed back, %d retried)",
-                    self.bot,
+                    self.bots,
                     now - self._since,
                     probes,
                     self._handed_back,
@@ -128,9 +135,9 @@ class TelegramReach:
     def _resumed(self, probes: int) -> None:
         self.down = False
         log.info(
-            "Telegram answers again for bot %s after %.0f s (%d probes); %d rows were handed "
+            "Telegram answers again for %s after %.0f s (%d probes); %d rows were handed "
             "back unsent, %d retried (sent as it began: maybe delivered); sending resumes",
-            self.bot,
+            self.bots,
             self._clock() - self._since,
             probes,
             self._handed_back,

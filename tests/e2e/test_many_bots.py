@@ -11,6 +11,7 @@ import collections
 import json
 import re
 import signal
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -339,3 +340,50 @@ def test_list_and_replay_by_bot(engine: sa.Engine, db_url: str) -> None:
     assert _counts(engine) == {"kutmoqda": 2, "xato": 2}
     refused = run_module("outbox", "list", "--bot", "1001:secret", env=env)
     assert refused.returncode == 2 and "secret" not in refused.stderr
+
+
+def test_telegram_out_of_reach_is_said_once_for_every_bot_and_probed_once(
+    engine: sa.Engine, db_url: str, tmp_path: Path
+) -> None:
+    # The bots of a relay share one Bot API: a cut is one pause, one line, one probe.
+    first = FakeTelegram().start_in_thread()
+    port = first.port
+    folder = _tokens(tmp_path / "tokens", BOTS)
+    with Relays(_bot_env(db_url, first, folder), tmp_path).running() as relays:
+        relay = relays.start()
+        wait_until(
+            lambda: relay.stderr.count(": serving") == len(BOTS),
+            30,
+            "every bot serving",
+            explain=relays.describe,
+        )
+        first.stop_thread()  # connection refused from now on
+        for bot in BOTS:
+            _enqueue_for(engine, bot, 3, chat0=bot * 10)
+        wait_until(
+            lambda: "cannot reach Telegram for bots" in relay.stderr,
+            30,
+            "the relay's pause",
+            explain=relays.describe,
+        )
+        time.sleep(3)  # some probes, and every bot's lane held back
+        with engine.connect() as conn:
+            spent = conn.exec_driver_sql("SELECT max(urinish) FROM outbox").scalar_one()
+        assert spent == 0  # no try that could not connect spent an attempt
+        second = FakeTelegram().start_in_thread(port=port)
+        try:
+            wait_until(
+                lambda: states(engine).get("bajarildi") == 3 * len(BOTS),
+                30,
+                "every row delivered",
+                explain=relays.describe,
+            )
+            assert relay.stop() == 0, relay.describe()
+        finally:
+            second.stop_thread()
+    log = relay.stderr
+    assert log.count("cannot reach Telegram for") == 1, log
+    assert "cannot reach Telegram for bots 1001, 1002, 1003 and 1 more: " in log, log
+    assert log.count("Telegram answers again for bots") == 1, log
+    probes = [r for r in second.requests if r.method == "getMe"]
+    assert len(probes) <= 2, probes  # one probe for the relay, not one per bot

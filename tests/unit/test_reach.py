@@ -50,7 +50,7 @@ def test_a_cut_is_said_once_probed_until_telegram_answers_and_then_ends(
             return next(answers)
 
         reach = TelegramReach(
-            "123", probe, on_change=lambda: changes.append(reach.down), wakeup=wakeup
+            "bot 123", probe, on_change=lambda: changes.append(reach.down), wakeup=wakeup
         )
         running = asyncio.create_task(reach.run())
         for _ in range(5):  # every send of the bot that cannot connect says so: once in all
@@ -71,7 +71,7 @@ def test_a_cut_is_said_once_probed_until_telegram_answers_and_then_ends(
     assert len(said) == 2, said
     assert said[0] == (
         "cannot reach Telegram for bot 123: could not connect to Telegram: ConnectError; "
-        "pausing its sends"
+        "pausing sends"
     )
     assert re.fullmatch(
         r"Telegram answers again for bot 123 after \d+ s \(2 probes\); 5 rows were handed "
