@@ -127,7 +127,7 @@ class LaneClaim:
 
     @property
     def cut_off(self) -> bool:
-        """This relay cannot reach Telegram for the lane's bot now."""
+        """This relay cannot reach Telegram now."""
         return self._reach is not None and self._reach.down
 
     def settle(self, timing: queries.QueueTiming, *, deferred_until: float) -> float | None:

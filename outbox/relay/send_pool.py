@@ -360,7 +360,7 @@ class SendPool:
         """While the bot is paused nothing goes out: the row goes back to the queue, due when
         the pause ends, and its next claim gives it a new moment. True if it went back.
 
-        While this relay cannot reach Telegram for the bot, the row goes back keeping its
+        While this relay cannot reach Telegram, the row goes back keeping its
         place: the lane claims nothing until a probe finds Telegram again."""
         if self._reach is not None and self._reach.down:
             self._reach.handed_back()

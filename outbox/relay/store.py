@@ -210,7 +210,6 @@ class Store:
         self._failures = 0  # in a row, since the last statement that succeeded
         self._not_before = 0.0  # monotonic time of the next connect allowed
         self.connects = 0  # connections opened (or tried), for tests and figures
-        self._answer_by = 0.0  # monotonic time by which the step running now must hear back
         self._cut: psycopg.AsyncConnection[Any] | None = None  # cut for want of an answer
         self._watches: set[_Watch] = set()
 

@@ -226,10 +226,8 @@ def test_a_row_written_by_plain_sql_is_ordered_and_infinity_opts_out(
     assert claim(db_url) == ["raw-1", "raw-free"]
 
 
-def test_a_held_chat_is_no_work_for_the_timing(engine: sa.Engine, db_url: str) -> None:
-    keys = steps(engine, 1, 3)
-    assert claim(db_url) == [keys[0]]
-    retry_later(db_url, keys[0], 30.0)
+def next_due(db_url: str) -> float | None:
+    """When the relay's timing says the default bot may next have work (seconds from now)."""
 
     async def timing() -> float | None:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
@@ -238,7 +236,15 @@ def test_a_held_chat_is_no_work_for_the_timing(engine: sa.Engine, db_url: str) -
             )
             return found["default"].next_due
 
-    due = asyncio.run(timing())
+    return asyncio.run(timing())
+
+
+def test_a_held_chat_is_no_work_for_the_timing(engine: sa.Engine, db_url: str) -> None:
+    keys = steps(engine, 1, 3)
+    assert claim(db_url) == [keys[0]]
+    retry_later(db_url, keys[0], 30.0)
+
+    due = next_due(db_url)
     # Steps 2-3 are due but held: the relay waits for step 1's retry, it does not spin.
     assert due is not None and due > 20
 
@@ -251,14 +257,7 @@ def test_a_chat_held_behind_its_first_rows_hides_no_other_chat(
     with engine.begin() as conn:
         enqueue(conn, key="other", payload=text(2))
 
-    async def timing() -> float | None:
-        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
-            found = await bots_timing(
-                conn, ["default"], ["default"], schema=SCHEMA, horizon=1.0, unnamed=[True]
-            )
-            return found["default"].next_due
-
-    due = asyncio.run(timing())
+    due = next_due(db_url)
     assert due is not None and due <= 0  # the claim's walk looks past them
     assert claim(db_url) == ["other"]
 
