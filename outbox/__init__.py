@@ -22,6 +22,7 @@ from outbox.errors import InvalidPayload, OutboxError
 from outbox.quiet_hours import (
     clear_quiet_hours,
     clear_quiet_hours_async,
+    get_quiet_hours,
     set_quiet_hours,
     set_quiet_hours_async,
 )
@@ -45,6 +46,7 @@ __all__ = [
     "enqueue_many_async",
     "failed_messages",
     "get_message",
+    "get_quiet_hours",
     "list_messages",
     "queue_status",
     "replay",

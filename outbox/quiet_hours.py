@@ -24,6 +24,7 @@ if TYPE_CHECKING:
 __all__ = [
     "clear_quiet_hours",
     "clear_quiet_hours_async",
+    "get_quiet_hours",
     "set_quiet_hours",
     "set_quiet_hours_async",
 ]
@@ -61,7 +62,7 @@ def _set_steps(
     schema: str | None,
 ) -> Steps:
     hours = _checked(start, end, tz)
-    params = {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
+    params: dict[str, object] = {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
     if hours.start == hours.end:
         yield sql.sa_sql("clear_quiet_hours", resolve_schema(schema)), params
     else:
@@ -127,3 +128,17 @@ async def clear_quiet_hours_async(
 ) -> None:
     """``clear_quiet_hours`` for an ``AsyncSession`` or ``AsyncConnection``."""
     await queries.run_async(conn, _clear_steps(chat_id, bot=bot, schema=schema))
+
+
+def _get_steps(chat_id: int | str, *, bot: int | str | None, schema: str | None) -> Steps:
+    params = {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
+    found = (yield sql.sa_sql("quiet_hours_of", resolve_schema(schema)), params).first()
+    return None if found is None else QuietHours(found[0], found[1], found[2])
+
+
+def get_quiet_hours(
+    conn: SyncConn, chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
+) -> QuietHours | None:
+    """A chat's quiet hours (``start``, ``end``, ``tz``), or None if it has none."""
+    found: QuietHours | None = queries.run_sync(conn, _get_steps(chat_id, bot=bot, schema=schema))
+    return found

@@ -29,3 +29,7 @@ SET keyingi_urinish = coalesce(tinch_oldin, keyingi_urinish), tinch_oldin = NULL
     yangilangan = CASE WHEN tinch_oldin IS NULL THEN yangilangan ELSE now() END
 WHERE suhbat = CAST(:chat AS text) AND tinch AND holat = 'kutmoqda'
   AND coalesce(bot, '') = CAST(:bot AS text);
+
+-- name: quiet_hours_of
+SELECT boshi, oxiri, tz FROM tinch_soatlar
+WHERE bot = CAST(:bot AS text) AND chat = CAST(:chat AS text);

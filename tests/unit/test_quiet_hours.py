@@ -22,8 +22,8 @@ NIGHT = QuietHours(time(22, 0), time(7, 0), "Asia/Tashkent")  # UTC+5, no daylig
 NEW_YORK = "America/New_York"  # 2026-03-08 02:00 -> 03:00; 2026-11-01 02:00 -> 01:00
 
 
-def utc(*args: int) -> datetime:
-    return datetime(*args, tzinfo=UTC)
+def utc(year: int, month: int, day: int, hour: int, minute: int, second: int = 0) -> datetime:
+    return datetime(year, month, day, hour, minute, second, tzinfo=UTC)
 
 
 def test_across_midnight_in_the_persons_zone() -> None:
