@@ -19,6 +19,8 @@ import math
 import os
 import secrets
 import socket
+import time
+import weakref
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, NamedTuple
@@ -67,6 +69,11 @@ class ClaimLimits(NamedTuple):
 RESERVED_SHARE = 10
 # The priorities the table accepts (outbox_0009's check); enqueue refuses others.
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
+# A claim that found no chat with quiet hours at all trusts that answer on its connection for
+# this long (seconds): rows asking for quiet hours then cost no round trip of their own, and new
+# hours take effect within it.
+QUIET_RECHECK = 2.0
+_no_quiet_hours_until: weakref.WeakKeyDictionary[AsyncConn, float] = weakref.WeakKeyDictionary()
 # The windows' plan looks at this many windowed rows ahead (about 3 minutes at 28/s).
 PLAN_ROWS = 5000
 # A claim's transaction idle this long (its relay lost the link between two round trips) is
@@ -269,9 +276,11 @@ async def claim_due(
         # Rows inside their chat's quiet hours take no slot: claim_take moves them to the end.
         quiet = [c.id for c in candidates if c.quiet]
         hours: dict[int, str] = {}
-        if quiet:
+        if quiet and _no_quiet_hours_until.get(conn, 0.0) <= time.monotonic():
             found_hours = await sql.fetch(conn, "claim_quiet", schema=schema, params={"ids": quiet})
-            hours = {r[0]: r[1] for r in found_hours}
+            hours = {r[0]: r[1] for r in found_hours if r[0] is not None}
+            if any(r[0] is None for r in found_hours):
+                _no_quiet_hours_until[conn] = time.monotonic() + QUIET_RECHECK
         candidates, held = hold_quiet(candidates, hours, base)
         plan = plan_claim(candidates, room=room, base=base, limits=limits)
         if not plan.bookings and not held:

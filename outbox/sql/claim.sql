@@ -245,10 +245,13 @@ FROM oldest JOIN outbox o USING (id)
 
 -- name: claim_quiet
 -- The quiet hours of the locked rows that ask for them (:ids), as 'start end zone': asked only
--- when claim_rows or claim_oldest returned such a row, one key probe each.
+-- when claim_rows or claim_oldest returned such a row, one key probe each. A row of NULLs says
+-- that no chat has quiet hours at all (the claimer then asks again only a while later).
 SELECT o.id, t.boshi || ' ' || t.oxiri || ' ' || t.tz
 FROM outbox o JOIN tinch_soatlar t ON t.bot = coalesce(o.bot, '') AND t.chat = o.suhbat
 WHERE o.id = ANY(:ids::bigint[])
+UNION ALL
+SELECT NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM tinch_soatlar)
 
 -- name: claim_take
 WITH chosen AS (
