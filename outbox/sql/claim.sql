@@ -278,10 +278,10 @@ bump AS (
     WHERE bot = :bot AND :next_slot::float8 IS NOT NULL
 ),
 held AS (
-    -- Rows inside their chat's quiet hours ([[id, end], ...]): due again when these end,
-    -- remembering when they were due (a change of the hours puts them back). No attempt.
+    -- Rows inside their chat's quiet hours ([[id, end], ...]): due again when these end (or
+    -- expire), remembering when they were due (a change of the hours puts them back). No attempt.
     UPDATE outbox o
-    SET keyingi_urinish = to_timestamp((h ->> 1)::float8),
+    SET keyingi_urinish = least(to_timestamp((h ->> 1)::float8), o.eskirish),
         tinch_oldin = coalesce(o.tinch_oldin, o.keyingi_urinish), yangilangan = now()
     FROM jsonb_array_elements(:held::jsonb) AS h
     WHERE o.id = (h ->> 0)::bigint AND o.holat = 'kutmoqda'

@@ -214,3 +214,14 @@ def test_the_async_twins(engine: sa.Engine, db_url: str) -> None:
 
     asyncio.run(clear())
     assert claim(db_url) == ["async-1"]
+
+
+def test_a_row_that_expires_inside_the_hours_waits_until_its_expiry(
+    engine: sa.Engine, db_url: str
+) -> None:
+    quiet_now(engine, 9)
+    expiry = db_now(engine) + timedelta(minutes=30)  # the hours end in about an hour
+    with engine.begin() as conn:
+        enqueue(conn, key="sale", payload=text(9), quiet_hours=True, expires_at=expiry)
+    assert claim(db_url) == []
+    assert held(engine, "sale")[0] == expiry  # then the claim fails it as expired

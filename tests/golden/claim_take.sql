@@ -20,7 +20,7 @@ bump AS (
 ),
 held AS (
     UPDATE "public".outbox o
-    SET keyingi_urinish = to_timestamp((h ->> 1)::float8),
+    SET keyingi_urinish = least(to_timestamp((h ->> 1)::float8), o.eskirish),
         tinch_oldin = coalesce(o.tinch_oldin, o.keyingi_urinish), yangilangan = now()
     FROM jsonb_array_elements(%(held)s::jsonb) AS h
     WHERE o.id = (h ->> 0)::bigint AND o.holat = 'kutmoqda'
