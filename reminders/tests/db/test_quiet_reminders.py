@@ -8,6 +8,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, time, timedelta
 from itertools import count
 
+import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
@@ -16,6 +17,7 @@ import reminders
 from outbox.quiet import QuietHours
 from reminders import service
 from reminders.chat import Incoming, handle_text
+from reminders.cli import main
 from tests.db.test_chat_order import claim
 
 CHAT = 4242
@@ -100,3 +102,26 @@ def test_announcements_wait_for_quiet_hours_and_reminders_do_not(
     # She turns quiet hours off: the announcement comes at once, beside the bot's reply.
     assert "o'chirildi" in say(engine, "/quiet off")
     assert claim(db_url) == sorted([f"bot:1:{next(_updates) - 1}", f"elon:news-1:{her}"])
+
+
+def test_announce_from_the_command_line(
+    engine: sa.Engine,
+    db_url: str,
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", db_url)
+    with Session(engine) as session, session.begin():
+        reminders.create_user(session, name="Dilnoza", chat_id=CHAT)
+        reminders.create_user(session, name="Bobur", chat_id=CHAT + 1)
+    assert main(["announce", "Yangi: /quiet", "--batch", "news-2"]) == 0
+    assert "2 announcements enqueued in batch news-2" in capsys.readouterr().out
+    assert main(["announce", "Yangi: /quiet", "--batch", "news-2"]) == 0  # nobody twice
+    assert "0 announcements" in capsys.readouterr().out
+    with engine.connect() as conn:
+        rows = conn.execute(sa.text("SELECT tur, partiya, tinch FROM outbox")).all()
+    assert sorted(rows) == [(service.ANNOUNCEMENT_KIND, "news-2", True)] * 2
+    # Bad input: one line, a non-zero exit.
+    assert main(["announce", " ", "--batch", "news-3"]) != 0
+    err = capsys.readouterr().err
+    assert "announcement is empty" in err and "Traceback" not in err
