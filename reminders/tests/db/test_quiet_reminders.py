@@ -85,9 +85,8 @@ def test_announcements_wait_for_quiet_hours_and_reminders_do_not(
             remind_before=[timedelta(hours=2)],  # passed: sent now
         )
     with engine.connect() as conn:
-        flags = dict(
-            conn.execute(sa.text("SELECT tur, bool_or(tinch) FROM outbox GROUP BY tur")).all()
-        )
+        found = conn.execute(sa.text("SELECT tur, bool_or(tinch) FROM outbox GROUP BY tur"))
+        flags: dict[str, bool] = {r[0]: r[1] for r in found}
     assert flags == {service.ANNOUNCEMENT_KIND: True, "eslatma": False}
     taken = claim(db_url)
     # Bobur's announcement and Dilnoza's reminder go; her announcement waits.
