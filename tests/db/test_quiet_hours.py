@@ -225,3 +225,29 @@ def test_a_row_that_expires_inside_the_hours_waits_until_its_expiry(
         enqueue(conn, key="sale", payload=text(9), quiet_hours=True, expires_at=expiry)
     assert claim(db_url) == []
     assert held(engine, "sale")[0] == expiry  # then the claim fails it as expired
+
+
+def test_the_revision_goes_down_releasing_held_rows_and_up_again(
+    engine: sa.Engine, db_url: str
+) -> None:
+    from alembic import command
+
+    from outbox import migrate
+    from outbox.schema import current_schema
+
+    quiet_now(engine, 10)
+    put(engine, "held", 10, quiet=True)
+    due_before = held(engine, "held")[0]
+    assert claim(db_url) == []
+    config = migrate._config(db_url, migrate.SCRIPT_PACKAGE, current_schema())
+    command.downgrade(config, "outbox_0016")
+    with engine.connect() as conn:
+        assert (
+            conn.execute(
+                sa.text("SELECT keyingi_urinish FROM outbox WHERE kalit = 'held'")
+            ).scalar_one()
+            == due_before
+        )  # nothing waits for hours no one keeps
+    command.upgrade(config, "head")
+    assert held(engine, "held") == (due_before, None, State.PENDING)
+    assert claim(db_url) == ["held"]
