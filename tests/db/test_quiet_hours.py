@@ -79,6 +79,9 @@ def test_a_bulk_message_waits_for_the_end_and_a_reminder_goes(
     moved, remembered, state = held(engine, "digest")
     assert (moved, remembered, state) == (ends, due_before, State.PENDING)
     assert claim(db_url) == []  # held: not due, not walked
+    with engine.begin() as conn:
+        conn.execute(sa.text("UPDATE outbox SET tinch_oldin = now() - interval '1 hour'"))
+        assert outbox.queue_status(conn).lag_seconds == 0  # not the queue's lag
     with engine.connect() as conn:
         row = get_message(
             conn, conn.execute(sa.text("SELECT id FROM outbox WHERE kalit = 'digest'")).scalar_one()
