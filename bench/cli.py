@@ -23,6 +23,7 @@ from bench import (
     migration,
     order,
     peers,
+    quiet,
     report,
     telegram_path,
 )
@@ -44,6 +45,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "bots": (bots.run, "10. many bots: --tokens-dir against a relay per token; 1,000 bots"),
     "order": (order.run, "11. order per chat: 500s, 429s and a relay killed, two relays"),
     "migration": (migration.run, "12. the newest revision's lock beside 1,000,000 rows"),
+    "quiet": (quiet.run, "13. quiet hours: none set, and 10,000 chats' rows held"),
 }
 RESULTS_DIR = Path("bench/results")
 

@@ -19,6 +19,13 @@ from outbox.api import (
 )
 from outbox.broadcast import enqueue_many, enqueue_many_async
 from outbox.errors import InvalidPayload, OutboxError
+from outbox.quiet_hours import (
+    clear_quiet_hours,
+    clear_quiet_hours_async,
+    get_quiet_hours,
+    set_quiet_hours,
+    set_quiet_hours_async,
+)
 from outbox.schema import configure
 from outbox.states import FailureCode, State
 
@@ -30,6 +37,8 @@ __all__ = [
     "State",
     "cancel",
     "cancel_async",
+    "clear_quiet_hours",
+    "clear_quiet_hours_async",
     "configure",
     "enqueue",
     "enqueue_async",
@@ -37,10 +46,13 @@ __all__ = [
     "enqueue_many_async",
     "failed_messages",
     "get_message",
+    "get_quiet_hours",
     "list_messages",
     "queue_status",
     "replay",
     "sent_keys",
+    "set_quiet_hours",
+    "set_quiet_hours_async",
     "update_pending",
     "update_pending_async",
 ]

@@ -121,6 +121,7 @@ def _enqueue_steps(
     expires_at: datetime | None = None,
     bot: int | str | None = None,
     ordered: bool = True,
+    quiet_hours: bool = False,
 ) -> queries.Steps:
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(key, str) or not key:
@@ -130,7 +131,12 @@ def _enqueue_steps(
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
     lane = _checked_lane(
-        run_at=run_at, priority=priority, early=early, expires_at=expires_at, ordered=ordered
+        run_at=run_at,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
+        ordered=ordered,
+        quiet_hours=quiet_hours,
     )
     return queries.enqueue(
         schema=resolve_schema(schema),
@@ -157,7 +163,13 @@ def _aware(value: object, field: str) -> datetime | None:
 
 
 def _checked_lane(
-    *, run_at: object, priority: object, early: object, expires_at: object, ordered: object = True
+    *,
+    run_at: object,
+    priority: object,
+    early: object,
+    expires_at: object,
+    ordered: object = True,
+    quiet_hours: object = False,
 ) -> queries.Lane:
     """The message's place among the bot's others; each mistake refused in one line (the
     table's checks say the same for plain SQL)."""
@@ -188,7 +200,15 @@ def _checked_lane(
             raise InvalidInput(f"expires_at {expiry} has already passed")
     if not isinstance(ordered, bool):
         raise InvalidInput(f"ordered must be True or False, got {ordered!r}")
-    return queries.Lane(priority=priority, earliest=earliest, expires_at=expiry, ordered=ordered)
+    if not isinstance(quiet_hours, bool):
+        raise InvalidInput(f"quiet_hours must be True or False, got {quiet_hours!r}")
+    return queries.Lane(
+        priority=priority,
+        earliest=earliest,
+        expires_at=expiry,
+        ordered=ordered,
+        quiet_hours=quiet_hours,
+    )
 
 
 def enqueue(
@@ -206,6 +226,7 @@ def enqueue(
     expires_at: datetime | None = None,
     bot: int | None = None,
     ordered: bool = True,
+    quiet_hours: bool = False,
 ) -> Enqueued:
     """Add a message to the outbox in the caller's transaction (never commits).
 
@@ -231,6 +252,11 @@ def enqueue(
     order they were due when enqueued (``run_at`` or now; then enqueue order), across retries
     and relays; a later one waits while an earlier one is still to be sent. ``ordered=False``
     takes the message out of that order: it goes as soon as it can and holds nothing back.
+
+    Quiet hours: with ``quiet_hours=True`` the message waits while its chat's quiet hours
+    last (``outbox.set_quiet_hours``), until they end in the chat's zone; for bulk messages
+    (digests, campaigns), not for one the person asked for. Its chat's other messages neither
+    wait for it nor hold it back.
     """
     steps = _enqueue_steps(
         key=key,
@@ -245,6 +271,7 @@ def enqueue(
         expires_at=expires_at,
         bot=bot,
         ordered=ordered,
+        quiet_hours=quiet_hours,
     )
     return Enqueued(*queries.run_sync(conn, steps))
 
@@ -264,6 +291,7 @@ async def enqueue_async(
     expires_at: datetime | None = None,
     bot: int | None = None,
     ordered: bool = True,
+    quiet_hours: bool = False,
 ) -> Enqueued:
     """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_steps(
@@ -279,6 +307,7 @@ async def enqueue_async(
         expires_at=expires_at,
         bot=bot,
         ordered=ordered,
+        quiet_hours=quiet_hours,
     )
     return Enqueued(*await queries.run_async(conn, steps))
 

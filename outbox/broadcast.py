@@ -57,13 +57,19 @@ def _enqueue_many_steps(
     expires_at: datetime | None = None,
     bot: int | None = None,
     ordered: bool = True,
+    quiet_hours: bool = False,
 ) -> queries.Steps:
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
     lane = _checked_lane(
-        run_at=run_at, priority=priority, early=early, expires_at=expires_at, ordered=ordered
+        run_at=run_at,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
+        ordered=ordered,
+        quiet_hours=quiet_hours,
     )
     checked = []
     for number, (key, payload) in enumerate(messages):
@@ -98,14 +104,15 @@ def enqueue_many(
     expires_at: datetime | None = None,
     bot: int | None = None,
     ordered: bool = True,
+    quiet_hours: bool = False,
 ) -> int:
     """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
     commits); return how many were new (a key already in the outbox is left as it is).
 
     Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
     ``batch`` names the broadcast (``outbox batch NAME``); ``bot`` the bot that sends them
-    all, and ``priority``, ``early``, ``expires_at`` and ``ordered`` their lanes, as for
-    ``enqueue`` (a broadcast of one message per chat loses nothing to its order). The
+    all, and ``priority``, ``early``, ``expires_at``, ``ordered`` and ``quiet_hours`` their
+    lanes, as for ``enqueue`` (a broadcast of one message per chat loses nothing to its order). The
     list goes to the database as one JSON document: split a list of millions into chunks of
     some ten thousand.
     """
@@ -121,6 +128,7 @@ def enqueue_many(
         expires_at=expires_at,
         bot=bot,
         ordered=ordered,
+        quiet_hours=quiet_hours,
     )
     return int(queries.run_sync(conn, steps))
 
@@ -139,6 +147,7 @@ async def enqueue_many_async(
     expires_at: datetime | None = None,
     bot: int | None = None,
     ordered: bool = True,
+    quiet_hours: bool = False,
 ) -> int:
     """``enqueue_many`` for an ``AsyncSession`` or ``AsyncConnection``."""
     steps = _enqueue_many_steps(
@@ -153,6 +162,7 @@ async def enqueue_many_async(
         expires_at=expires_at,
         bot=bot,
         ordered=ordered,
+        quiet_hours=quiet_hours,
     )
     return int(await queries.run_async(conn, steps))
 

@@ -56,7 +56,16 @@ VERSION_TABLE = "outbox_alembic_version"
 VERSIONS_LOCATION = f"{SCRIPT_PACKAGE}:versions"
 BRANCH = "outbox"
 OUTBOX_TABLES = frozenset(
-    {"outbox", "yuborilgan", "bot_holati", "chat_navbati", "pauza", "relaylar", VERSION_TABLE}
+    {
+        "outbox",
+        "yuborilgan",
+        "bot_holati",
+        "chat_navbati",
+        "pauza",
+        "relaylar",
+        "tinch_soatlar",
+        VERSION_TABLE,
+    }
 )
 _SCHEMA_ATTRIBUTE = "outbox_schema"
 _RESULT_ATTRIBUTE = "outbox_upgraded"

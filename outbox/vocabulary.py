@@ -70,6 +70,8 @@ OUTBOX: tuple[Name, ...] = (
     _name("tracestate", "tracestate", "that span's W3C tracestate, if it had one"),
     _name("place", "tartib", "its place in its chat's order: when first due (NULL: unordered)"),
     _name("chat", "suhbat", "the chat it goes to, a follow-up's from its original"),
+    _name("quiet_hours", "tinch", "waits while its chat's quiet hours (tinch_soatlar) last"),
+    _name("held_from", "tinch_oldin", "held by quiet hours: when it was due before that"),
 )
 
 # The sent marker (table yuborilgan) as a message shows it.

@@ -63,6 +63,7 @@ _COMMANDS = [
     BotCommand("done", "bajarildi: /done N"),
     BotCommand("delete", "o'chirish: /delete N"),
     BotCommand("tz", "vaqt zonasi: /tz Europe/Berlin"),
+    BotCommand("quiet", "tinch soatlar: /quiet 22:00 07:00"),
     BotCommand("help", "yordam"),
 ]
 # The commands a span is named after ("vazifalar /add"); any other is "/other".

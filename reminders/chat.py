@@ -11,7 +11,7 @@ from __future__ import annotations
 import html
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
@@ -73,6 +73,7 @@ HELP = (
     "/done N — N-vazifa bajarildi\n"
     "/delete N — N-vazifani o'chirish\n"
     "/tz Europe/Berlin — vaqt zonasi (hozir: {tz})\n"
+    "/quiet 22:00 07:00 — tinch soatlar: e'lonlar bu vaqtda kelmaydi (/quiet off)\n"
     "/help — shu yordam"
 )
 
@@ -293,12 +294,51 @@ def _tz(session: Session, incoming: Incoming, user: User, words: list[str]) -> s
     return f"Vaqt zonasi: {user.time_zone}. Kutilayotgan eslatmalar yangilandi: {rewritten} ta."
 
 
+_QUIET_EXAMPLE = "Masalan: /quiet 22:00 07:00 yoki /quiet off"
+
+
+def _clock(word: str) -> time | None:
+    """'22:00' or '7:30' as a wall-clock time; None for anything else."""
+    hours, colon, minutes = word.partition(":")
+    if not (colon and hours.isascii() and hours.isdigit() and minutes.isascii()):
+        return None
+    if not (minutes.isdigit() and len(minutes) == 2 and len(hours) <= 2):
+        return None
+    if int(hours) > 23 or int(minutes) > 59:
+        return None
+    return time(int(hours), int(minutes))
+
+
+def _quiet(session: Session, incoming: Incoming, user: User, words: list[str]) -> str:
+    if not words:
+        hours = outbox.get_quiet_hours(session, user.chat_id)
+        if hours is None:
+            return f"Tinch soatlar yo'q. {_QUIET_EXAMPLE}"
+        shown = f"{hours.start:%H:%M}-{hours.end:%H:%M} ({user.time_zone})"
+        return f"Tinch soatlar: {shown}. O'chirish: /quiet off"
+    if len(words) == 1 and words[0].lower() in ("off", "o'chir", "yo'q"):
+        service.clear_quiet_hours(session, user.id)
+        return "Tinch soatlar o'chirildi: e'lonlar istalgan vaqtda keladi."
+    start, end = (_clock(w) for w in words) if len(words) == 2 else (None, None)
+    if start is None or end is None:
+        return f"Tushunmadim. {_QUIET_EXAMPLE}"
+    if start == end:
+        service.clear_quiet_hours(session, user.id)
+        return "Boshi va oxiri bir xil: tinch soatlar o'chirildi."
+    service.set_quiet_hours(session, user.id, start, end)
+    return (
+        f"🌙 Tinch soatlar: {start:%H:%M}-{end:%H:%M} ({user.time_zone}).\n"
+        "E'lonlar bu vaqtda kelmaydi, keyin keladi; eslatmalaringiz o'z vaqtida keladi."
+    )
+
+
 _COMMANDS: dict[str, Command] = {
     "/add": _add,
     "/list": _list,
     "/done": _done,
     "/delete": _delete,
     "/tz": _tz,
+    "/quiet": _quiet,
 }
 
 

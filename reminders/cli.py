@@ -117,6 +117,14 @@ def _add(session: Session, args: argparse.Namespace) -> None:
         _say_overdue(created.task)
 
 
+def _announce(session: Session, args: argparse.Namespace) -> None:
+    added = service.announce(session, args.text, batch=args.batch)
+    print(
+        f"{_plural(added, 'announcement')} enqueued in batch {args.batch} "
+        "(each waits for its user's quiet hours; progress: outbox batch NAME)"
+    )
+
+
 def _done(session: Session, args: argparse.Namespace) -> None:
     changed = service.complete_task(session, parse_id("task", args.id))
     print(
@@ -317,6 +325,15 @@ def build_parser() -> argparse.ArgumentParser:
     rename.add_argument("id", metavar="ID")
     rename.add_argument("title", metavar="TITLE")
     rename.set_defaults(handler=_rename)
+
+    announce = commands.add_parser(
+        "announce", parents=[common], help="send a text to every active user, as one batch"
+    )
+    announce.add_argument("text", metavar="TEXT")
+    announce.add_argument(
+        "--batch", required=True, metavar="NAME", help="the batch's name (outbox batch NAME)"
+    )
+    announce.set_defaults(handler=_announce)
 
     listing = commands.add_parser("list", parents=[common], help="list tasks by due time")
     _env_flag(listing, "--user", ENV_USER, metavar="ID", help_text="only this user's tasks")

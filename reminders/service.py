@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, time, timedelta
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -21,16 +21,19 @@ import outbox
 from outbox.errors import InvalidInput, NotFound
 from reminders.messages import (
     EDIT_KIND,
+    TELEGRAM_TEXT_LIMIT,
     Change,
     ReminderPayload,
     changed_reminder_text,
     reminder_edit,
     reminder_payload,
+    telegram_length,
 )
 from reminders.models import DEFAULT_TIME_ZONE, Task, User
 from reminders.parsing import BIGINT_MAX
 
 __all__ = [
+    "ANNOUNCEMENT_KIND",
     "DEFAULT_REMIND_BEFORE",
     "REMINDER_PRIORITY",
     "REPLY_PRIORITY",
@@ -39,6 +42,8 @@ __all__ = [
     "Snoozed",
     "TaskChanged",
     "TaskCreated",
+    "announce",
+    "clear_quiet_hours",
     "complete_task",
     "create_task",
     "create_user",
@@ -52,6 +57,7 @@ __all__ = [
     "reminder_key",
     "rename_task",
     "reschedule_task",
+    "set_quiet_hours",
     "set_time_zone",
     "sign_up",
     "snooze_key",
@@ -65,6 +71,9 @@ DEFAULT_REMIND_BEFORE: tuple[timedelta, ...] = (timedelta(hours=1),)
 # (the outbox's default, 0) last, so that /start answers at once during a broadcast.
 REPLY_PRIORITY = 10
 REMINDER_PRIORITY = 5
+# Bulk messages (an announcement to every user) wait for the person's quiet hours (/quiet); a
+# reminder the person scheduled, and the bot's replies, do not.
+ANNOUNCEMENT_KIND = "elon"
 # A reminder before the due time may go a little early when a peak (everyone's 09:00) would
 # otherwise make it late: a sixtieth of its lead, at most a minute ("in 1 hour" a minute
 # early). The at-due reminder never goes early.
@@ -591,8 +600,51 @@ def set_time_zone(session: Session, user_id: int, tz: str) -> tuple[User, int]:
         raise NotFound(f"user {user_id} does not exist")
     user.time_zone = tz
     session.flush()
+    # Quiet hours are the person's wall clock: they move with the zone.
+    hours = outbox.get_quiet_hours(session, user.chat_id)
+    if hours is not None:
+        outbox.set_quiet_hours(session, user.chat_id, start=hours.start, end=hours.end, tz=tz)
     now = database_now(session)
     tasks = session.scalars(
         sa.select(Task).where(Task.user_id == user.id, Task.done.is_(False)).order_by(Task.id)
     )
     return user, sum(_rewrite_pending(session, task, now) for task in tasks)
+
+
+# --- quiet hours and announcements -------------------------------------------------------------
+
+
+def _user(session: Session, user_id: int) -> User:
+    user = session.get(User, _check_id("user", user_id), with_for_update=True)
+    if user is None:
+        raise NotFound(f"user {user_id} does not exist")
+    return user
+
+
+def set_quiet_hours(session: Session, user_id: int, start: time, end: time) -> User:
+    """The user's quiet hours, in their time zone (start == end: none): announcements wait
+    for their end; reminders the user scheduled do not."""
+    user = _user(session, user_id)
+    outbox.set_quiet_hours(session, user.chat_id, start=start, end=end, tz=user.time_zone)
+    return user
+
+
+def clear_quiet_hours(session: Session, user_id: int) -> User:
+    """No quiet hours for the user: held announcements go now."""
+    user = _user(session, user_id)
+    outbox.clear_quiet_hours(session, user.chat_id)
+    return user
+
+
+def announce(session: Session, text: str, *, batch: str) -> int:
+    """Send ``text`` to every active user as one broadcast (``outbox batch NAME``); each
+    message waits for its user's quiet hours. Returns how many were new (a batch enqueued
+    again adds nobody twice)."""
+    text = _check_text("announcement", text)
+    if telegram_length(text) > TELEGRAM_TEXT_LIMIT:
+        raise InvalidInput(f"the announcement is longer than Telegram's {TELEGRAM_TEXT_LIMIT}")
+    users = session.scalars(sa.select(User).where(User.active).order_by(User.id))
+    messages = [(f"elon:{batch}:{u.id}", {"chat_id": u.chat_id, "text": text}) for u in users]
+    return outbox.enqueue_many(
+        session, messages, batch=batch, kind=ANNOUNCEMENT_KIND, quiet_hours=True
+    )

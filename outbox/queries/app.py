@@ -29,6 +29,8 @@ class Lane(NamedTuple):
     expires_at: datetime | None = None  # eskirish
     # A place in its chat's order (tartib, outbox_0016): False lets it go as soon as it can.
     ordered: bool = True
+    # Waits while its chat's quiet hours last (tinch, outbox_0018).
+    quiet_hours: bool = False
 
 
 def enqueue(
@@ -51,6 +53,7 @@ def enqueue(
         "eng_erta": lane.earliest,
         "eskirish": lane.expires_at,
         "ordered": lane.ordered,
+        "tinch": lane.quiet_hours,
         "tur": kind,
         "kalit": key,
         "payload": json.dumps(payload),

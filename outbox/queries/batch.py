@@ -58,6 +58,7 @@ def enqueue_many(
         "eng_erta": lane.earliest,
         "eskirish": lane.expires_at,
         "ordered": lane.ordered,
+        "tinch": lane.quiet_hours,
         "bot": bot,
         "traceparent": trace.traceparent,
         "tracestate": trace.tracestate,

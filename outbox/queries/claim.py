@@ -19,13 +19,16 @@ import math
 import os
 import secrets
 import socket
-from collections.abc import Sequence
-from datetime import datetime
+import time
+import weakref
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
 from typing import Any, NamedTuple
 
 from outbox import sql
 from outbox.payload import read_json
 from outbox.queries._common import AsyncConn
+from outbox.quiet import quiet_until, read_hours
 from outbox.schema import DEFAULT_BOT, DEFAULT_QUEUE
 
 
@@ -66,6 +69,11 @@ class ClaimLimits(NamedTuple):
 RESERVED_SHARE = 10
 # The priorities the table accepts (outbox_0009's check); enqueue refuses others.
 MIN_PRIORITY, MAX_PRIORITY = -10, 10
+# A claim that found no chat with quiet hours at all trusts that answer on its connection for
+# this long (seconds): rows asking for quiet hours then cost no round trip of their own, and new
+# hours take effect within it.
+QUIET_RECHECK = 2.0
+_no_quiet_hours_until: weakref.WeakKeyDictionary[AsyncConn, float] = weakref.WeakKeyDictionary()
 # The windows' plan looks at this many windowed rows ahead (about 3 minutes at 28/s).
 PLAN_ROWS = 5000
 # A claim's transaction idle this long (its relay lost the link between two round trips) is
@@ -84,6 +92,7 @@ class Candidate(NamedTuple):
     expired: bool | None
     chat: str | None
     weight: int  # the messages it counts as: an album's items
+    quiet: bool = False  # it asks for its chat's quiet hours
 
 
 class Booking(NamedTuple):
@@ -98,6 +107,37 @@ class Booking(NamedTuple):
 class ClaimPlan(NamedTuple):
     bookings: list[Booking]
     next_slot: float | None  # the bot's next free slot after this claim (None: no rate)
+
+
+def hold_quiet(
+    candidates: Sequence[Candidate], hours: Mapping[int, str], at: float
+) -> tuple[list[Candidate], list[tuple[int, float]]]:
+    """The candidates to plan, and those inside their chat's quiet hours (``hours``: by row
+    id, as claim_quiet returns them) at ``at`` (the claim's first slot, seconds since the
+    epoch), each with the moment its hours end: a pure function. An expired row is never held
+    (it is failed, not sent)."""
+    if not hours:
+        return list(candidates), []
+    try:
+        moment = datetime.fromtimestamp(at, UTC)
+    except (OverflowError, ValueError, OSError):
+        moment = datetime.now(UTC)
+    ends: dict[str, float | None] = {}
+    kept: list[Candidate] = []
+    held: list[tuple[int, float]] = []
+    for c in candidates:
+        text = hours.get(c.id)
+        if text is not None and not c.expired:
+            if text not in ends:
+                found = read_hours(text)
+                until = quiet_until(moment, found) if found is not None else None
+                ends[text] = until.timestamp() if until is not None else None
+            until_ts = ends[text]
+            if until_ts is not None:
+                held.append((c.id, until_ts))
+                continue
+        kept.append(c)
+    return kept, held
 
 
 def _is_private(chat: str) -> bool:
@@ -233,8 +273,17 @@ async def claim_due(
             candidates += [Candidate(r[1], r[0], *r[2:]) for r in oldest]
         if not candidates:
             return []
+        # Rows inside their chat's quiet hours take no slot: claim_take moves them to the end.
+        quiet = [c.id for c in candidates if c.quiet]
+        hours: dict[int, str] = {}
+        if quiet and _no_quiet_hours_until.get(conn, 0.0) <= time.monotonic():
+            found_hours = await sql.fetch(conn, "claim_quiet", schema=schema, params={"ids": quiet})
+            hours = {r[0]: r[1] for r in found_hours if r[0] is not None}
+            if any(r[0] is None for r in found_hours):
+                _no_quiet_hours_until[conn] = time.monotonic() + QUIET_RECHECK
+        candidates, held = hold_quiet(candidates, hours, base)
         plan = plan_claim(candidates, room=room, base=base, limits=limits)
-        if not plan.bookings:
+        if not plan.bookings and not held:
             return []
         taken = await sql.fetch(
             conn,
@@ -246,6 +295,7 @@ async def claim_due(
                 "bot": bot,
                 "next_slot": plan.next_slot,
                 "holder": claim_holder(),
+                "held": json.dumps(held),
             },
         )
         return [_claimed(r) for r in taken]

@@ -36,8 +36,8 @@ __all__ = [
 class Hold:
     """One thing a pending row waits for (``message_holds``): ``reason`` is 'earlier' (an
     earlier message of its chat, ``row_id``), 'original' (a follow-up's original, ``row_id``),
-    'pause', 'flood' (its bot's 429 pause), 'chat' (its chat's next free moment), 'window' or
-    'due' (its own time)."""
+    'pause', 'flood' (its bot's 429 pause), 'chat' (its chat's next free moment), 'window',
+    'quiet' (its chat's quiet hours, ``detail`` their zone) or 'due' (its own time)."""
 
     reason: str
     row_id: int | None = None

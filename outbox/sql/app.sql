@@ -7,7 +7,7 @@
 -- conflicting row was committed after this statement's snapshot: find_by_key then sees it.
 WITH inserted AS (
     INSERT INTO outbox (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                        eng_erta, eskirish, bot, traceparent, tracestate, tartib)
+                        eng_erta, eskirish, bot, traceparent, tracestate, tartib, tinch)
     VALUES (:tur, :kalit, CAST(:payload AS jsonb),
             -- A follow-up is due no sooner than its original, if that still waits (nor
             -- later than its own expiry: the claim then fails it as expired).
@@ -21,7 +21,8 @@ WITH inserted AS (
             CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
             CAST(:tracestate AS text),
             -- NULL: the row trigger gives it its first due time; 'infinity': no place.
-            CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END)
+            CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END,
+            CAST(:tinch AS boolean))
     ON CONFLICT (kalit) DO NOTHING
     RETURNING id
 )
@@ -38,13 +39,14 @@ SELECT id FROM outbox WHERE kalit = :kalit;
 -- is how many were new.
 WITH inserted AS (
     INSERT INTO outbox (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                        eng_erta, eskirish, bot, traceparent, tracestate, tartib)
+                        eng_erta, eskirish, bot, traceparent, tracestate, tartib, tinch)
     SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
            CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
            CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
            CAST(:tracestate AS text),
            -- NULL: the row trigger gives each its first due time; 'infinity': no place.
-           CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END
+           CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END,
+           CAST(:tinch AS boolean)
     FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
     ON CONFLICT (kalit) DO NOTHING
     RETURNING 1

@@ -139,7 +139,10 @@ walk AS (
                          AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
                          AND e.holat IN ('kutmoqda', 'bajarilmoqda')
                          AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-                         AND (e.tartib, e.id) < (o.tartib, o.id)))
+                         AND (e.tartib, e.id) < (o.tartib, o.id)
+                         -- Not across quiet hours (outbox_0018): a row that asks for them
+                         -- neither holds nor waits for one that does not, nor for one they hold.
+                         AND e.tinch = o.tinch AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())))
               -- A chat that may not receive yet never fills a claim (head-of-line blocking).
               AND (NOT :chat_on OR coalesce(
                        (SELECT cn.keyingi FROM chat_navbati cn
@@ -169,7 +172,7 @@ SELECT room.n AS room, extract(epoch FROM (SELECT base FROM budget))::float8 AS 
        CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
                  AND lower(o.payload ->> 'method') = 'sendmediagroup'
             THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10)
-            ELSE 1 END AS weight
+            ELSE 1 END AS weight, o.tinch AS quiet
 FROM room
 LEFT JOIN (SELECT 'alone' AS part, id FROM alone UNION ALL SELECT 'walk', id FROM walk) f ON true
 LEFT JOIN outbox o ON o.id = f.id
@@ -212,7 +215,9 @@ oldest AS (
                      AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
                      AND e.holat IN ('kutmoqda', 'bajarilmoqda')
                      AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-                     AND (e.tartib, e.id) < (o.tartib, o.id)))
+                     AND (e.tartib, e.id) < (o.tartib, o.id)
+                     AND e.tinch = o.tinch
+                     AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())))
           -- A chat that may not receive yet never fills a claim (head-of-line blocking).
           AND (NOT :chat_on OR coalesce(
                    (SELECT cn.keyingi FROM chat_navbati cn
@@ -235,8 +240,18 @@ SELECT 'oldest' AS part, o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinis
        CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
                  AND lower(o.payload ->> 'method') = 'sendmediagroup'
             THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10)
-            ELSE 1 END
+            ELSE 1 END, o.tinch
 FROM oldest JOIN outbox o USING (id)
+
+-- name: claim_quiet
+-- The quiet hours of the locked rows that ask for them (:ids), as 'start end zone': asked only
+-- when claim_rows or claim_oldest returned such a row, one key probe each. A row of NULLs says
+-- that no chat has quiet hours at all (the claimer then asks again only a while later).
+SELECT o.id, t.boshi || ' ' || t.oxiri || ' ' || t.tz
+FROM outbox o JOIN tinch_soatlar t ON t.bot = coalesce(o.bot, '') AND t.chat = o.suhbat
+WHERE o.id = ANY(:ids::bigint[])
+UNION ALL
+SELECT NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM tinch_soatlar)
 
 -- name: claim_take
 WITH chosen AS (
@@ -261,10 +276,19 @@ taken AS (
 bump AS (
     UPDATE bot_holati SET keyingi_slot = to_timestamp(:next_slot)
     WHERE bot = :bot AND :next_slot::float8 IS NOT NULL
+),
+held AS (
+    -- Rows inside their chat's quiet hours ([[id, end], ...]): due again when these end (or
+    -- expire), remembering when they were due (a change of the hours puts them back). No attempt.
+    UPDATE outbox o
+    SET keyingi_urinish = least(to_timestamp((h ->> 1)::float8), o.eskirish),
+        tinch_oldin = coalesce(o.tinch_oldin, o.keyingi_urinish), yangilangan = now()
+    FROM jsonb_array_elements(:held::jsonb) AS h
+    WHERE o.id = (h ->> 0)::bigint AND o.holat = 'kutmoqda'
 )
 UPDATE outbox o
 SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
-    egasi = :holder, yangilangan = now()
+    egasi = :holder, yangilangan = now(), tinch_oldin = NULL
 FROM taken t
 WHERE o.id = t.id
 RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,

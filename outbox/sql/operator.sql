@@ -159,8 +159,8 @@ GROUP BY 1, 2;
 -- 'original': a follow-up's original still to be sent; 'pause': an operator's pause of its
 -- queue, bot, kind or batch; 'flood': its bot's flood pause (Telegram's 429), for a row naming
 -- no bot the bots of the live relays serving its queue; 'chat': its chat's next free moment;
--- 'window': its window (may go from :opens, due at :at); 'due': its time (a schedule or a
--- retry's wait).
+-- 'window': its window (may go from :opens, due at :at); 'quiet': its chat's quiet hours (until
+-- :at; the detail is their zone); 'due': its time (a schedule or a retry's wait).
 WITH m AS (SELECT * FROM outbox WHERE id = :id AND holat = 'kutmoqda'),
 bots AS (
     SELECT m.bot FROM m WHERE m.bot IS NOT NULL
@@ -179,6 +179,7 @@ FROM m CROSS JOIN LATERAL (
       AND e.holat IN ('kutmoqda', 'bajarilmoqda')
       AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
       AND (e.tartib, e.id) < (m.tartib, m.id)
+      AND e.tinch = m.tinch AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())
     ORDER BY e.tartib, e.id LIMIT 1) e
 WHERE m.tartib IS NOT NULL AND m.suhbat IS NOT NULL
 UNION ALL
@@ -205,5 +206,10 @@ SELECT 'window', NULL, NULL, m.keyingi_urinish, m.eng_erta
 FROM m WHERE m.eng_erta IS NOT NULL AND m.keyingi_urinish > now()
   AND isfinite(m.keyingi_urinish) AND isfinite(m.eng_erta)
 UNION ALL
+SELECT 'quiet', NULL, coalesce(t.tz, '-'),
+       CASE WHEN isfinite(m.keyingi_urinish) THEN m.keyingi_urinish END, NULL
+FROM m LEFT JOIN tinch_soatlar t ON t.bot = coalesce(m.bot, '') AND t.chat = m.suhbat
+WHERE m.tinch_oldin IS NOT NULL AND m.keyingi_urinish > now()
+UNION ALL
 SELECT 'due', NULL, NULL, CASE WHEN isfinite(m.keyingi_urinish) THEN m.keyingi_urinish END, NULL
-FROM m WHERE m.eng_erta IS NULL AND m.keyingi_urinish > now()
+FROM m WHERE m.eng_erta IS NULL AND m.keyingi_urinish > now() AND m.tinch_oldin IS NULL

@@ -33,5 +33,6 @@ WHERE o.holat = 'kutmoqda' AND o.keyingi_urinish <= now() AND o.keyingi_urinish 
              AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
              AND e.holat IN ('kutmoqda', 'bajarilmoqda')
              AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-             AND (e.tartib, e.id) < (o.tartib, o.id)))
+             AND (e.tartib, e.id) < (o.tartib, o.id)
+             AND e.tinch = o.tinch AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())))
 GROUP BY o.navbat;

@@ -47,7 +47,7 @@ FROM (
     FROM (SELECT o.navbat, o.holat, o.keyingi_urinish,
                  o.keyingi_urinish <= now() AND o.tartib IS NOT NULL
                  AND row_number() OVER (PARTITION BY coalesce(o.bot, ':' || o.navbat), o.suhbat,
-                                                     o.ustuvorlik
+                                                     o.ustuvorlik, o.tinch
                                         ORDER BY o.tartib, o.id) > 1 AS held
           FROM outbox o
           WHERE o.holat IN ('kutmoqda', 'bajarilmoqda') AND o.suhbat IS NOT NULL

@@ -54,7 +54,10 @@ timed AS (
                            AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
                            AND e.holat IN ('kutmoqda', 'bajarilmoqda')
                            AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-                           AND (e.tartib, e.id) < (o.tartib, o.id)) AS held
+                           AND (e.tartib, e.id) < (o.tartib, o.id)
+                           -- As the claim's probe: not across quiet hours (outbox_0018).
+                           AND e.tinch = o.tinch
+                           AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())) AS held
               FROM outbox o
               WHERE coalesce(o.bot, '') || ':' || o.navbat = l.k AND o.holat = 'kutmoqda'
                 AND f.at <= now()

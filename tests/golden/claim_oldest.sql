@@ -30,7 +30,9 @@ oldest AS (
                      AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
                      AND e.holat IN ('kutmoqda', 'bajarilmoqda')
                      AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-                     AND (e.tartib, e.id) < (o.tartib, o.id)))
+                     AND (e.tartib, e.id) < (o.tartib, o.id)
+                     AND e.tinch = o.tinch
+                     AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())))
           AND (NOT %(chat_on)s OR coalesce(
                    (SELECT cn.keyingi FROM "public".chat_navbati cn
                     WHERE cn.bot = %(bot)s
@@ -52,5 +54,5 @@ SELECT 'oldest' AS part, o.id, o.ustuvorlik, extract(epoch FROM o.keyingi_urinis
        CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
                  AND lower(o.payload ->> 'method') = 'sendmediagroup'
             THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10)
-            ELSE 1 END
+            ELSE 1 END, o.tinch
 FROM oldest JOIN "public".outbox o USING (id)

@@ -101,7 +101,8 @@ walk AS (
                          AND e.suhbat = o.suhbat AND e.ustuvorlik = o.ustuvorlik
                          AND e.holat IN ('kutmoqda', 'bajarilmoqda')
                          AND e.tartib IS NOT NULL AND e.suhbat IS NOT NULL
-                         AND (e.tartib, e.id) < (o.tartib, o.id)))
+                         AND (e.tartib, e.id) < (o.tartib, o.id)
+                         AND e.tinch = o.tinch AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())))
               AND (NOT %(chat_on)s OR coalesce(
                        (SELECT cn.keyingi FROM "public".chat_navbati cn
                         WHERE cn.bot = %(bot)s
@@ -128,7 +129,7 @@ SELECT room.n AS room, extract(epoch FROM (SELECT base FROM budget))::float8 AS 
        CASE WHEN jsonb_typeof(o.payload -> 'media') = 'array'
                  AND lower(o.payload ->> 'method') = 'sendmediagroup'
             THEN least(greatest(jsonb_array_length(o.payload -> 'media'), 1), 10)
-            ELSE 1 END AS weight
+            ELSE 1 END AS weight, o.tinch AS quiet
 FROM room
 LEFT JOIN (SELECT 'alone' AS part, id FROM alone UNION ALL SELECT 'walk', id FROM walk) f ON true
 LEFT JOIN "public".outbox o ON o.id = f.id

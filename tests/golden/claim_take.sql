@@ -17,10 +17,17 @@ taken AS (
 bump AS (
     UPDATE "public".bot_holati SET keyingi_slot = to_timestamp(%(next_slot)s)
     WHERE bot = %(bot)s AND %(next_slot)s::float8 IS NOT NULL
+),
+held AS (
+    UPDATE "public".outbox o
+    SET keyingi_urinish = least(to_timestamp((h ->> 1)::float8), o.eskirish),
+        tinch_oldin = coalesce(o.tinch_oldin, o.keyingi_urinish), yangilangan = now()
+    FROM jsonb_array_elements(%(held)s::jsonb) AS h
+    WHERE o.id = (h ->> 0)::bigint AND o.holat = 'kutmoqda'
 )
 UPDATE "public".outbox o
 SET holat = 'bajarilmoqda', urinish = least(o.urinish, 999) + 1, band_vaqti = now(),
-    egasi = %(holder)s, yangilangan = now()
+    egasi = %(holder)s, yangilangan = now(), tinch_oldin = NULL
 FROM taken t
 WHERE o.id = t.id
 RETURNING o.id AS id, o.tur AS kind, o.kalit AS key, o.payload::text AS payload,

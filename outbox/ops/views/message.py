@@ -16,6 +16,7 @@ from typing import Any
 from outbox.ops.views._text import clip, iso, json_text, span, table, when
 from outbox.payload import UnreadablePayload
 from outbox.queries import Hold, Message, ReplayResult, SentMarker
+from outbox.quiet import read_hours, zone
 from outbox.schema import DEFAULT_QUEUE
 from outbox.states import State
 from outbox.vocabulary import entry_key, label, marker_label, payload_label
@@ -165,6 +166,15 @@ def _hold_original(h: Hold, at: str) -> str:
     return f"its original {key!r}: row {h.row_id} ({state})"
 
 
+def _hold_quiet(h: Hold, at: str) -> str:
+    # The end as the chat's clock shows it too: what the person set.
+    hours = read_hours(f"00:00 01:00 {h.detail}")
+    if h.at is None or hours is None:
+        return f"quiet hours until {at} ({h.detail})"
+    local = h.at.astimezone(zone(hours.tz)).strftime("%H:%M")
+    return f"quiet hours until {at} ({local} {hours.tz})"
+
+
 # Each reason of message_holds in words; ``at`` is the hold's moment as shown.
 _HOLD_TEXT: dict[str, Callable[[Hold, str], str]] = {
     "earlier": lambda h, at: (
@@ -178,6 +188,7 @@ _HOLD_TEXT: dict[str, Callable[[Hold, str], str]] = {
     "window": lambda h, at: (
         f"its window: due {at}, may go from {when(h.opens)} if the bot's plan needs it"
     ),
+    "quiet": _hold_quiet,
     "due": lambda h, at: f"its time: due {at}",
 }
 

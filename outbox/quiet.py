@@ -1,0 +1,114 @@
+"""Quiet hours: a chat's hours, in its own time zone, during which the messages that ask for
+them (``enqueue(..., quiet_hours=True)``) wait.
+
+:func:`quiet_until` is the decision, a pure function of the moment and the hours: is the moment
+inside them, and when do they end. The claim asks it for each flagged row it locks
+(``outbox.queries.claim``); ``outbox.quiet_hours`` changes a chat's hours.
+
+Wall-clock rules: hours with ``start > end`` run across midnight (22:00-07:00). An end that
+does not exist that day (the hour skipped when clocks go forward) moves to the first local
+time that does (the end of the skipped hour); an end that exists twice (the hour repeated when
+clocks go back) is its first occurrence, so the quiet hours never last longer than written.
+"""
+
+from __future__ import annotations
+
+import functools
+from datetime import UTC, date, datetime, time, timedelta
+from typing import NamedTuple
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from outbox.errors import InvalidInput
+
+__all__ = ["QuietHours", "quiet_until", "read_hours", "zone"]
+
+# A zone's name as the claim's text carries it: IANA names hold no spaces.
+_MAX_ZONE_CHARS = 64
+
+
+class QuietHours(NamedTuple):
+    start: time  # wall-clock, in ``tz``
+    end: time
+    tz: str  # an IANA zone name
+
+
+@functools.lru_cache(maxsize=512)
+def zone(tz: str) -> ZoneInfo:
+    """The IANA zone ``tz``; an unknown name is refused in one line."""
+    if not isinstance(tz, str) or not tz or len(tz) > _MAX_ZONE_CHARS or " " in tz:
+        raise InvalidInput(f"unknown time zone {tz!r}: give an IANA name such as 'Asia/Tashkent'")
+    try:
+        return ZoneInfo(tz)
+    except (ZoneInfoNotFoundError, ValueError):
+        raise InvalidInput(
+            f"unknown time zone {tz!r}: give an IANA name such as 'Asia/Tashkent'"
+        ) from None
+
+
+def _exists(local: datetime) -> bool:
+    # A wall time exists when it survives the trip to UTC and back.
+    zi = local.tzinfo
+    return local.astimezone(UTC).astimezone(zi).replace(tzinfo=zi) == local
+
+
+def _instant(day: date, wall: time, zi: ZoneInfo) -> datetime:
+    """The first moment (UTC) from which the clock of ``zi`` shows ``wall`` or later on ``day``:
+    the wall time itself, its first occurrence when it repeats, or the end of the skipped hour
+    when the clocks jump over it."""
+    local = datetime.combine(day, wall, tzinfo=zi)  # fold=0: the first occurrence
+    if _exists(local):
+        return local.astimezone(UTC)
+    # In a gap: fold=1 reads the wall time with the offset after the jump (an instant before
+    # the jump), fold=0 with the one before (an instant after it). The jump lies between.
+    low = local.replace(fold=1).astimezone(UTC)
+    high = local.replace(fold=0).astimezone(UTC)
+    if low > high:
+        low, high = high, low
+    after = high.astimezone(zi).utcoffset()
+    while high - low > timedelta(seconds=1):
+        mid = low + (high - low) / 2
+        if mid.astimezone(zi).utcoffset() == after:
+            high = mid
+        else:
+            low = mid
+    # Transitions fall on whole seconds: ``high`` is the first moment of the new offset.
+    return high.replace(microsecond=0)
+
+
+def quiet_until(now: datetime, hours: QuietHours) -> datetime | None:
+    """When the quiet hours that hold ``now`` end (UTC), or None if ``now`` is outside them.
+
+    ``now`` is timezone-aware. Inside means from ``start`` (included) to ``end`` (excluded) on
+    the zone's wall clock; start == end means no quiet hours at all.
+    """
+    start, end, tz = hours
+    if start == end:
+        return None
+    zi = zone(tz)
+    local = now.astimezone(zi)
+    wall = local.time().replace(tzinfo=None)
+    today = local.date()
+    if start < end:
+        if not start <= wall < end:
+            return None
+        ends = _instant(today, end, zi)
+    elif wall >= start:
+        ends = _instant(today + timedelta(days=1), end, zi)
+    elif wall < end:
+        ends = _instant(today, end, zi)
+    else:
+        return None
+    # A wall time just before a skipped end reads as inside until the jump: never in the past.
+    return ends if ends > now else None
+
+
+def read_hours(text: str) -> QuietHours | None:
+    """The hours as the claim returns them ('HH:MM:SS HH:MM:SS zone'); None for hours written
+    by hand that no clock keeps (an unknown zone): such hours hold nothing."""
+    try:
+        start, end, tz = text.split(" ")
+        hours = QuietHours(time.fromisoformat(start), time.fromisoformat(end), tz)
+        zone(tz)
+    except (ValueError, InvalidInput):
+        return None
+    return hours
