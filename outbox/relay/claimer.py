@@ -177,15 +177,24 @@ class LaneClaim:
             if self._unheard:
                 await self._release_unheard(conn)
             self._unheard = True  # until its answer is heard
-            rows = await queries.claim_due(
-                conn,
-                limit,
-                schema=schema,
-                queue=queue,
-                bot=bot,
-                limits=self._limits,
-                bot_rows=not self.takes_unnamed_rows,
-            )
+            rows: list[queries.ClaimedRow] = []
+            # The free lane first (replies are free rows), then the paid one with what is left:
+            # each is held to its own clock's room, so neither takes the other's slots.
+            for lane in queries.claim_lanes(self._limits):
+                if lane is queries.ClaimLane.PAID and self._flood.paid_held:
+                    continue  # Telegram refused a paid send: stopped here until written
+                rows += await queries.claim_due(
+                    conn,
+                    limit - len(rows),
+                    schema=schema,
+                    queue=queue,
+                    bot=bot,
+                    limits=self._limits,
+                    bot_rows=not self.takes_unnamed_rows,
+                    lane=lane,
+                )
+                if len(rows) >= limit:
+                    break
             self._unheard = False
             return rows
 
@@ -343,6 +352,7 @@ class Claimer:
                     horizon=config.slot_horizon,
                     rate=config.rate_limits.per_bot,
                     unnamed=[lane.claim.takes_unnamed_rows for lane in lanes],
+                    paid=config.rate_limits.paid_per_bot > 0,
                 )
             )
         except DatabaseLost:
@@ -366,4 +376,5 @@ def fleet_limits(limits: RateLimits, horizon: float) -> queries.ClaimLimits:
         chat + LATE_FOR_SLOT if chat else 0.0,
         group + LATE_FOR_SLOT if group else 0.0,
         horizon,
+        limits.paid_per_bot,
     )

@@ -11,17 +11,22 @@
 -- the starvation bound may add), :rate (the bot's messages a second, 0: no limit), :horizon
 -- (seconds of slots a claim may book ahead), :lookahead and :plan_rows (the windows' plan),
 -- :chat_on (chat spacing on), :idle_ms (how long, in milliseconds, the claim's transaction may sit
--- idle before the server ends it).
+-- idle before the server ends it), :lane ('all': every row on the free clock, no paid lane;
+-- 'free': the rows without allow_paid_broadcast; 'paid': those with it, on the paid clock).
 
 -- name: claim_rows
 WITH RECURSIVE
 budget AS (
     -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
-    SELECT greatest(clock_timestamp(), keyingi_slot) AS base, clock_timestamp() AS t0,
+    SELECT greatest(clock_timestamp(), CASE WHEN :lane = 'paid' THEN pullik_slot
+                                            ELSE keyingi_slot END) AS base,
+           clock_timestamp() AS t0,
            -- A claim left idle mid-transaction (its relay's link went silent) is ended by the
            -- server, and with it this lock, which the relay's next claim waits for.
            set_config('idle_in_transaction_session_timeout', :idle_ms, true) AS idle_limit,
            pauza_tugashi > now()
+           -- The paid lane stopped (Stars balance, audience): the free lane goes on.
+           OR (:lane = 'paid' AND pullik_pauza_tugashi > now())
            OR EXISTS (SELECT 1 FROM pauza
                       WHERE (doira = 'navbat' AND qiymat = :queue)
                          OR (doira = 'bot' AND qiymat = :bot)) AS paused
@@ -74,6 +79,8 @@ clear AS (
                          AND ((s.holat = 'kutmoqda' AND s.keyingi_urinish <= now()
                                AND s.navbat = :queue
                                AND (s.bot = :bot OR (s.bot IS NULL AND :unnamed))
+                               AND (:lane = 'all' OR (s.payload @> '{"allow_paid_broadcast": true}')
+                                                     = (:lane = 'paid'))
                                -- A paused suspect does not hold back the queue.
                                AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
                                    SELECT 1 FROM pauza z
@@ -88,6 +95,7 @@ alone AS (
     FROM outbox o
     WHERE o.yakka AND o.holat = 'kutmoqda' AND o.keyingi_urinish <= now()
       AND o.navbat = :queue AND (o.bot = :bot OR (o.bot IS NULL AND :unnamed))
+      AND (:lane = 'all' OR (o.payload @> '{"allow_paid_broadcast": true}') = (:lane = 'paid'))
       AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM outbox WHERE egasi = :holder AND holat = 'bajarilmoqda')
       AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
@@ -124,6 +132,9 @@ walk AS (
               AND o.keyingi_urinish <= (SELECT until FROM plan)
               AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
               AND NOT o.yakka AND (SELECT ok FROM clear)
+              -- The lane's rows: with a paid lane, each clock books its own.
+              AND (:lane = 'all'
+                   OR (o.payload @> '{"allow_paid_broadcast": true}') = (:lane = 'paid'))
               AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
                        SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
                                                 OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
@@ -198,6 +209,8 @@ oldest AS (
           AND o.keyingi_urinish <= to_timestamp(:until)
           AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
           AND NOT o.yakka
+          AND (:lane = 'all'
+               OR (o.payload @> '{"allow_paid_broadcast": true}') = (:lane = 'paid'))
           AND (NOT (SELECT some_paused FROM paused) OR NOT EXISTS (
                    SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
                                             OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
@@ -259,7 +272,10 @@ taken AS (
     SELECT * FROM chosen WHERE chat_free IS NULL OR chat IN (SELECT chat FROM chats)
 ),
 bump AS (
-    UPDATE bot_holati SET keyingi_slot = to_timestamp(:next_slot)
+    -- The lane's clock: the paid one for the paid lane, the free one otherwise.
+    UPDATE bot_holati
+    SET keyingi_slot = CASE WHEN :lane = 'paid' THEN keyingi_slot ELSE to_timestamp(:next_slot) END,
+        pullik_slot = CASE WHEN :lane = 'paid' THEN to_timestamp(:next_slot) ELSE pullik_slot END
     WHERE bot = :bot AND :next_slot::float8 IS NOT NULL
 )
 UPDATE outbox o
