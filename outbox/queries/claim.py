@@ -78,6 +78,12 @@ def claim_lanes(limits: ClaimLimits) -> tuple[ClaimLane, ...]:
     return (ClaimLane.FREE, ClaimLane.PAID) if limits.paid > 0 else (ClaimLane.ALL,)
 
 
+# What makes a row one of the paid lane: its payload contains this (the claim's :mark).
+_PAID_MARK = '{"allow_paid_broadcast": true}'
+# The rows each lane takes, by their allow_paid_broadcast (the claim's :lanes).
+_LANE_ROWS = {ClaimLane.ALL: [True, False], ClaimLane.FREE: [False], ClaimLane.PAID: [True]}
+
+
 def lane_limits(limits: ClaimLimits, lane: ClaimLane) -> ClaimLimits:
     """The limits one lane's claim applies: the paid lane's rate is its own; chat spacing and
     the horizon are the bot's, for both."""
@@ -215,7 +221,9 @@ async def claim_due(
     limits = lane_limits(limits, lane)
     rate = float(limits.per_bot)
     lane_params = {
-        "lane": lane.value,
+        "lanes": _LANE_ROWS[lane],
+        "paid": lane is ClaimLane.PAID,
+        "mark": _PAID_MARK,
         "bot": bot,
         "unnamed": not bot_rows,
         "queue": queue,
@@ -271,7 +279,7 @@ async def claim_due(
             params={
                 # One JSON text, not four arrays: psycopg quotes an array's items one by one.
                 "bookings": json.dumps(plan.bookings),
-                "lane": lane.value,
+                "paid": lane is ClaimLane.PAID,
                 "bot": bot,
                 "next_slot": plan.next_slot,
                 "holder": claim_holder(),

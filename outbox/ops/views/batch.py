@@ -72,7 +72,13 @@ def batch_lines(b: BatchProgress) -> list[str]:
             ("rate", f"{b.rate:.1f}/s", "sent per second over the last minute"),
         ]
         + (
-            [("paid", str(b.paid_sent), f"sent on the paid lane, of {b.paid}: up to 0.1 Star each")]
+            [
+                (
+                    "paid",
+                    str(b.paid_sent),
+                    f"sent with allow_paid_broadcast, of {b.paid}: up to 0.1 Star each",
+                )
+            ]
             if b.paid
             else []
         )
