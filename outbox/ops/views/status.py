@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from outbox.ops.views._text import figures, span, table
 from outbox.ops.views.bots import bot_json, unserved_bots_line
-from outbox.ops.views.pause import pause_json
+from outbox.ops.views.pause import paid_stop_json, pause_json
 from outbox.queries import (
     EXPIRING_WITHIN,
     Activity,
@@ -216,6 +216,7 @@ def status_json(report: StatusReport, warnings: list[str], problems: list[str]) 
         "lanes": lanes_json(status.lanes),
         "bots": [bot_json(b) for b in report.bots],
         "paused": [pause_json(p) for p in report.paused],
+        "paid_stopped": [paid_stop_json(s) for s in report.paid_stops],
     }
 
 
