@@ -8,7 +8,8 @@ import pytest
 from telegram import error as tg
 
 from outbox.classify import FailureKind, classify
-from outbox.config import ConfigError, RelayConfig
+from outbox.config import RelayConfig
+from outbox.errors import ConfigError
 from outbox.queries.claim import (
     Candidate,
     ClaimLane,
