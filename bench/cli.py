@@ -22,6 +22,7 @@ from bench import (
     limits,
     migration,
     order,
+    paid,
     peers,
     report,
     telegram_path,
@@ -44,6 +45,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "bots": (bots.run, "10. many bots: --tokens-dir against a relay per token; 1,000 bots"),
     "order": (order.run, "11. order per chat: 500s, 429s and a relay killed, two relays"),
     "migration": (migration.run, "12. the newest revision's lock beside 1,000,000 rows"),
+    "paid": (paid.run, "13. paid broadcasts: --paid-rate-limit 400 and 1,000, 100 ms answers"),
 }
 RESULTS_DIR = Path("bench/results")
 
