@@ -36,7 +36,7 @@ def campaign(server: Server, options: Options, rate: int) -> list[Figure]:
     concurrency = max(64, rate * LATENCY_MS // 1000 * 2)
     args = ["--paid-rate-limit", str(rate), "--concurrency", str(concurrency)]
     args += ["--batch-size", str(min(1000, rate // 2)), "--claim-ahead", str(rate // 2)]
-    args += ["--slot-horizon", "0.04"]
+    args += ["--slot-horizon", "0.05"]
     with (
         server.database(f"paid{rate}") as url,
         FakeBotApi(latency_ms=LATENCY_MS, enforce_limits=True) as fake,
