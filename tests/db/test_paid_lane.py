@@ -6,6 +6,7 @@ passes."""
 from __future__ import annotations
 
 import asyncio
+import json
 from typing import Any
 
 import psycopg
@@ -25,7 +26,7 @@ from outbox.queries import (
     resume_paid_lane,
     stop_paid_lane,
 )
-from tests.support import insert_raw
+from tests.support import insert_raw, run_cli
 
 SCHEMA = "public"
 BOT = "7123456789"  # its rows name it, so the bots' figures show it
@@ -176,3 +177,27 @@ def test_a_batch_counts_its_paid_rows(engine: sa.Engine, db_url: str) -> None:
     with engine.begin() as conn:
         progress = batch_progress(conn, "aksiya", [], schema=SCHEMA)
     assert (progress.total, progress.paid, progress.paid_sent) == (5, 3, 1)
+
+
+def test_the_commands_show_and_resume_a_stopped_paid_lane(
+    engine: sa.Engine, db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", db_url)
+    fill(engine, free_rows=1, paid_rows=2, batch="aksiya")
+    assert stop(db_url) is not None
+    code, out, _ = run_cli(capsys, "pauses")
+    assert code == 0 and f"paid stopped  bot {BOT} until" in out
+    assert f"`outbox resume --paid {BOT}`" in out
+    code, out, _ = run_cli(capsys, "status")
+    assert code == 0 and f"paid stopped  bot {BOT}" in out and "BALANCE_TOO_LOW" in out
+    code, out, _ = run_cli(capsys, "batch", "aksiya", "--json")
+    assert (json.loads(out)["paid"], json.loads(out)["paid_sent"]) == (2, 0)
+    code, out, _ = run_cli(capsys, "batch", "aksiya")
+    assert "sent with allow_paid_broadcast, of 2" in out
+    code, out, err = run_cli(capsys, "resume", "--paid", BOT, "--queue", "default")
+    assert code == 2 and "--paid resumes a bot's paid lane alone" in err
+    code, out, _ = run_cli(capsys, "resume", "--paid", BOT)
+    assert code == 0 and f"resumed the paid lane of bot {BOT}" in out
+    code, out, _ = run_cli(capsys, "resume", "--paid", BOT, "--json")
+    assert code == 0 and json.loads(out)["resumed"] is False
+    assert run_cli(capsys, "pauses")[1].strip() == "nothing is paused"

@@ -4,12 +4,16 @@ window and its scriptable refusal."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 from telegram import error as tg
 
 from outbox.classify import FailureKind, classify
 from outbox.config import RelayConfig
 from outbox.errors import ConfigError
+from outbox.ops.views.bots import bot_json, bot_state
+from outbox.queries import BotFigures, TokenState
 from outbox.queries.claim import (
     Candidate,
     ClaimLane,
@@ -99,3 +103,10 @@ def test_the_fake_counts_a_paid_send_against_its_own_1000_a_second() -> None:
     assert all(limiter.admit(i, 0.0, paid=True) == 0 for i in range(1, 1001))  # paid: its own
     assert limiter.admit(1001, 0.0, paid=True) > 0
     assert limiter.admit(1002, 1.0, paid=True) == 0  # a second on
+
+
+def test_a_bot_whose_paid_lane_stopped_says_so() -> None:
+    figures = BotFigures("7", 3, 0, 0, 0.0, 1, TokenState.SERVED, False, False, "BALANCE_TOO_LOW")
+    assert bot_state(figures) == "paid lane stopped"
+    assert bot_json(figures)["paid_stopped"] == "BALANCE_TOO_LOW"
+    assert bot_state(dataclasses.replace(figures, paid_stopped=None)) == "serving"
