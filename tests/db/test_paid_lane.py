@@ -188,8 +188,9 @@ def test_the_commands_show_and_resume_a_stopped_paid_lane(
     code, out, _ = run_cli(capsys, "pauses")
     assert code == 0 and f"paid stopped  bot {BOT} until" in out
     assert f"`outbox resume --paid {BOT}`" in out
-    code, out, _ = run_cli(capsys, "status")
+    code, out, err = run_cli(capsys, "status")
     assert code == 0 and f"paid stopped  bot {BOT}" in out and "BALANCE_TOO_LOW" in out
+    assert f"warning: bot {BOT}: paid broadcasts stopped until" in err
     code, out, _ = run_cli(capsys, "batch", "aksiya", "--json")
     assert (json.loads(out)["paid"], json.loads(out)["paid_sent"]) == (2, 0)
     code, out, _ = run_cli(capsys, "batch", "aksiya")

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from outbox.ops.views._text import figures, span, table
+from outbox.ops.views._text import figures, span, table, when
 from outbox.ops.views.bots import bot_json, unserved_bots_line
 from outbox.ops.views.pause import paid_stop_json, pause_json
 from outbox.queries import (
@@ -160,6 +160,12 @@ def health(
     stranded = [b for b in report.bots if b.pending and b.token is not TokenState.SERVED]
     if stranded:
         warnings.append(unserved_bots_line(stranded))
+    # Telegram refused the bot's paid broadcasts: its paid rows wait on purpose.
+    warnings += [
+        f"bot {stop.bot}: paid broadcasts stopped until {when(stop.until)} ({stop.reason}); "
+        f"`outbox resume --paid {stop.bot}` once its Stars balance allows"
+        for stop in report.paid_stops
+    ]
     problems = []
     lag = max(report.lags.values(), default=0.0)
     if lag > max_lag:
