@@ -70,7 +70,8 @@ def test_the_paid_lane_beside_the_free_one_within_both_limits(
         assert most_in_a_second(free) <= 30
         assert 150 <= most_in_a_second(paid_sent) <= PAID_RATE + 30
         paid_span = max(d.at for d in paid_sent) - min(d.at for d in paid_sent)
-        assert paid_span < 2 * len(PAID_CHATS) / PAID_RATE, paid_span
+        # At the free 30/s they would have taken 40 s: the paid lane took a few.
+        assert paid_span < len(PAID_CHATS) / 60, paid_span
 
         # Telegram refuses paid broadcasts now (the bot's Stars balance).
         fake_telegram.refuse_paid()
