@@ -22,6 +22,7 @@ from bench import (
     limits,
     migration,
     order,
+    paid,
     peers,
     quiet,
     report,
@@ -46,6 +47,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "order": (order.run, "11. order per chat: 500s, 429s and a relay killed, two relays"),
     "migration": (migration.run, "12. the newest revision's lock beside 1,000,000 rows"),
     "quiet": (quiet.run, "13. quiet hours: none set, and 10,000 chats' rows held"),
+    "paid": (paid.run, "14. paid broadcasts: --paid-rate-limit 400 and 1,000, 100 ms answers"),
 }
 RESULTS_DIR = Path("bench/results")
 

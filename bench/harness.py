@@ -231,6 +231,10 @@ class FakeBotApi:
             if attempt == 2:
                 raise RuntimeError(f"the fake Bot API did not start: {said[-2000:]}")
 
+    def cpu_seconds(self) -> float:
+        """The CPU time the fake's process has used so far (Linux)."""
+        return cpu_seconds(self._proc.pid)
+
     def _wait_started(self, timeout: float) -> bool:
         deadline = time.monotonic() + timeout
         while self._proc.poll() is None and time.monotonic() < deadline:
@@ -283,6 +287,12 @@ class FakeBotApi:
         self.close()
 
 
+def cpu_seconds(pid: int) -> float:
+    """The CPU time (user and system) process ``pid`` has used so far, from /proc (Linux)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 class RelayProcess:
     """``outbox relay`` as a user runs it, with its default settings plus ``args``, sending
     as the bot of ``token``."""
@@ -307,6 +317,10 @@ class RelayProcess:
 
     def alive(self) -> bool:
         return self._proc.poll() is None
+
+    def cpu_seconds(self) -> float:
+        """The CPU time the relay process has used so far (Linux)."""
+        return cpu_seconds(self._proc.pid)
 
     def kill(self) -> None:
         """SIGKILL: the relay dies holding whatever it claimed."""

@@ -134,6 +134,7 @@ class RelayConfig:
         limits = self.rate_limits
         rates = {
             "rate-limit": (limits.per_bot, MAX_RATE),
+            "paid-rate-limit": (limits.paid_per_bot, MAX_RATE),
             "chat-rate-limit": (limits.per_chat, MAX_RATE),
             "group-rate-limit": (limits.per_group_per_minute, MAX_GROUP_RATE),
         }

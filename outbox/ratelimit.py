@@ -33,9 +33,15 @@ class RateLimits:
     per_chat: float = 1.0  # messages/s to one private chat; 0 switches it off
     per_group_per_minute: float = 20.0  # messages/min to one group; 0 switches it off
     chat_margin: float = 0.05  # seconds added to each chat's spacing (1.05 s, 3.05 s)
+    # messages/s for the bot's allow_paid_broadcast rows, a budget of their own beside per_bot
+    # (Telegram: up to 1,000/s, for Stars); 0: no paid lane, they share per_bot
+    paid_per_bot: float = 0.0
 
     def __post_init__(self) -> None:
-        if min(self.per_bot, self.per_chat, self.per_group_per_minute, self.chat_margin) < 0:
+        if (
+            min(self.per_bot, self.per_chat, self.per_group_per_minute, self.chat_margin) < 0
+            or self.paid_per_bot < 0
+        ):
             raise ValueError("rate limits cannot be negative")
 
     def chat_interval(self, *, group: bool) -> float:

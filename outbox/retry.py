@@ -80,7 +80,7 @@ def decide(policy: RetryPolicy, now: float, row: RowFacts, failure: Failure) -> 
     A request that could not connect never left: the row goes back keeping its place, and the
     attempt is not counted (the bot's pause keeps it from being claimed again at once).
     """
-    if failure.kind is FailureKind.UNREACHABLE:
+    if failure.kind in (FailureKind.UNREACHABLE, FailureKind.PAID_REFUSED):
         return hand_back(now, row)
     n = row.attempts
     if failure.kind is FailureKind.PERMANENT:

@@ -35,7 +35,7 @@ __all__ = [
 DEFAULT_SCHEMA = "public"
 # The revision of the outbox's own migrations this code expects; every revision writes its id
 # into the outbox table's comment, which the relay and the commands check at start.
-SCHEMA_REVISION = "outbox_0018"
+SCHEMA_REVISION = "outbox_0019"
 KNOWN_REVISIONS = (  # oldest first
     "outbox_0001",
     "outbox_0002",
@@ -52,6 +52,7 @@ KNOWN_REVISIONS = (  # oldest first
     "outbox_0015",
     "outbox_0016",
     "outbox_0018",
+    "outbox_0019",
 )
 
 # Lower-case identifiers only: they need no quoting rules of their own in SQL or channel names,

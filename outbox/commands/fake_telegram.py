@@ -54,6 +54,10 @@ a button press: POST /_fake/press {"chat_id": N, "message_id": N, "text" or "dat
 every answer late, or Telegram's limits: POST /_fake/config {"latency": S, "enforce_limits": B}
   curl -s localhost:8081/_fake/config -d '{"latency": 0.1, "enforce_limits": true}'
 
+paid broadcasts refused (a Stars balance too low): POST /_fake/config {"paid_refusal": D}
+  every sendMessage with allow_paid_broadcast answered 400 D until {"paid_refusal": null}
+  curl -s localhost:8081/_fake/config -d '{"paid_refusal": "BALANCE_TOO_LOW"}'
+
 forget records and scripts: POST /_fake/reset
   curl -s -X POST localhost:8081/_fake/reset
 

@@ -156,8 +156,9 @@ def cmd_status(args: argparse.Namespace) -> int:
         )
         if report.bots:
             print("\n".join(bots_view.bots_lines(report.bots)))
-        if report.paused:
-            print("\n".join(pause_view.pauses_lines(report.paused)))
+        if report.paused or report.paid_stops:
+            lines = pause_view.pauses_lines(report.paused)
+            print("\n".join(lines + pause_view.paid_stops_lines(report.paid_stops)))
     if problems:
         raise Unhealthy("unhealthy: " + "; ".join(problems))
     return 0

@@ -47,6 +47,8 @@ def cmd_pause(args: argparse.Namespace) -> int:
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
+    if args.paid is not None:
+        return _resume_paid(args)
     scope, value = _scope_of(args)
     with open_database(args) as conn:
         lifted = ops.resume(conn, scope, value, schema=current_schema())
@@ -60,13 +62,28 @@ def cmd_resume(args: argparse.Namespace) -> int:
     return 0
 
 
+def _resume_paid(args: argparse.Namespace) -> int:
+    if any(getattr(args, scope.option) is not None for scope in Scope):
+        raise InvalidInput("--paid resumes a bot's paid lane alone: leave out the other scopes")
+    with open_database(args) as conn:
+        lifted = ops.resume_paid_lane(conn, args.paid, schema=current_schema())
+    if args.json:
+        print_json({"scope": "paid", "value": args.paid, "resumed": lifted})
+    elif lifted:
+        print(f"resumed the paid lane of bot {args.paid}: the relays send its paid rows again")
+    else:
+        print(f"the paid lane of bot {args.paid} was not stopped")
+    return 0
+
+
 def cmd_pauses(args: argparse.Namespace) -> int:
     with open_database(args) as conn:
         found = ops.list_pauses(conn, schema=current_schema())
+        stops = ops.paid_lane_stops(conn, schema=current_schema())
     if args.json:
-        print_json([view.pause_json(p) for p in found])
-    elif found:
-        print("\n".join(view.pauses_lines(found)))
+        print_json([view.pause_json(p) for p in found] + [view.paid_stop_json(s) for s in stops])
+    elif found or stops:
+        print("\n".join(view.pauses_lines(found) + view.paid_stops_lines(stops)))
     else:
         print("nothing is paused")
     return 0
@@ -135,6 +152,14 @@ def register(commands: Commands) -> None:
     _add_scope(pause, "pause")
     resume = commands.add("resume", cmd_resume, "lift a pause: the rows are sent again", json=True)
     _add_scope(resume, "resume")
+    resume.add_argument(
+        "--paid",
+        type=check_name,
+        default=None,
+        metavar="BOT_ID",
+        help="start a bot's paid lane again, stopped when Telegram refused a paid broadcast "
+        "(Stars balance, audience); it starts by itself after an hour",
+    )
     commands.add("pauses", cmd_pauses, "what is paused, and since when", json=True)
     batch = commands.add(
         "batch",

@@ -185,6 +185,15 @@ def _relay_flags(parser: Parser) -> None:
         "0 switches it off",
     )
     parser.add(
+        "--paid-rate-limit",
+        env="OUTBOX_PAID_RATE_LIMIT",
+        default=_LIMITS.paid_per_bot,
+        convert=number(0, MAX_RATE),
+        help="messages/s per bot for the rows sent with allow_paid_broadcast, a budget of "
+        f"their own beside --rate-limit (Telegram: up to 1,000/s, for Stars; at most "
+        f"{MAX_RATE:g}); 0: no paid lane, they share --rate-limit",
+    )
+    parser.add(
         "--chat-rate-limit",
         env="OUTBOX_CHAT_RATE_LIMIT",
         default=_LIMITS.per_chat,
@@ -289,6 +298,7 @@ def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:
         heartbeat_interval=args.heartbeat,
         rate_limits=RateLimits(
             per_bot=args.rate_limit,
+            paid_per_bot=args.paid_rate_limit,
             per_chat=args.chat_rate_limit,
             per_group_per_minute=args.group_rate_limit,
         ),

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import AsyncIterator, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from outbox import sql
@@ -23,6 +23,7 @@ from outbox.queries import (
     BatchProgress,
     BotFigures,
     Message,
+    PaidStop,
     Pause,
     QueueStatus,
     RelayRecord,
@@ -38,8 +39,10 @@ from outbox.queries import (
     list_messages,
     list_pauses,
     list_relays,
+    paid_lane_stops,
     queue_status,
     replay,
+    resume_paid_lane,
     search_messages,
     unpaused_lag,
     unserved_queues,
@@ -68,10 +71,12 @@ __all__ = [
     "list_pauses",
     "list_relays",
     "overview",
+    "paid_lane_stops",
     "pause",
     "replay",
     "replay_message",
     "resume",
+    "resume_paid_lane",
     "search_messages",
     "status",
 ]
@@ -87,6 +92,7 @@ class StatusReport:
     bots: list[BotFigures]
     paused: list[Pause]
     lags: dict[str, float]  # per queue, the lag that counts: a paused row waits on purpose
+    paid_stops: list[PaidStop] = field(default_factory=list)  # bots whose paid lane stopped
 
 
 @operation
@@ -114,7 +120,8 @@ def status(
         for name, due in unserved.items()
         if name not in paused_queues and (queue is None or name == queue)
     }
-    return StatusReport(found, unserved, bots, paused, lags)
+    stops = yield from paid_lane_stops.steps(schema=schema)
+    return StatusReport(found, unserved, bots, paused, lags, stops)
 
 
 @dataclass(frozen=True, slots=True)

@@ -45,9 +45,11 @@ from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.claim import (
     ClaimedRow,
+    ClaimLane,
     ClaimLimits,
     claim_due,
     claim_holder,
+    claim_lanes,
 )
 from outbox.queries.maintenance import (
     Pruned,
@@ -73,7 +75,18 @@ from outbox.queries.operator import (
     replay,
     search_messages,
 )
-from outbox.queries.pause import Pause, Scope, list_pauses, pause, resume, unpaused_lag
+from outbox.queries.pause import (
+    PaidStop,
+    Pause,
+    Scope,
+    list_pauses,
+    paid_lane_stops,
+    pause,
+    resume,
+    resume_paid_lane,
+    stop_paid_lane,
+    unpaused_lag,
+)
 from outbox.queries.registry import forget_gone_relays, forget_relay, relay_heartbeat
 from outbox.queries.relay import (
     Outcome,
@@ -110,6 +123,7 @@ __all__ = [
     "AnyConn",
     "BatchProgress",
     "BotFigures",
+    "ClaimLane",
     "ClaimLimits",
     "ClaimedRow",
     "Hold",
@@ -118,6 +132,7 @@ __all__ = [
     "Message",
     "Operation",
     "Outcome",
+    "PaidStop",
     "Pause",
     "Pruned",
     "QueueFigures",
@@ -140,6 +155,7 @@ __all__ = [
     "cancel_waiting",
     "claim_due",
     "claim_holder",
+    "claim_lanes",
     "count_by_state",
     "count_failed",
     "count_prunable",
@@ -156,6 +172,7 @@ __all__ = [
     "list_messages",
     "list_pauses",
     "list_relays",
+    "paid_lane_stops",
     "pause",
     "prune",
     "queue_status",
@@ -165,6 +182,7 @@ __all__ = [
     "release_unheard_claims",
     "replay",
     "resume",
+    "resume_paid_lane",
     "run_async",
     "run_sync",
     "schema_facts",
@@ -172,6 +190,7 @@ __all__ = [
     "search_messages",
     "sent_keys",
     "still_claimed",
+    "stop_paid_lane",
     "try_maintenance_lock",
     "unpaused_lag",
     "unserved_queues",

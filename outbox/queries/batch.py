@@ -88,6 +88,8 @@ class BatchProgress:
     started: datetime | None  # first row enqueued
     last_sent: datetime | None
     paused_by: tuple[Pause, ...] = ()  # the pauses that hold its rows
+    paid: int = 0  # rows sent with allow_paid_broadcast (the paid lane)
+    paid_sent: int = 0  # of those, bajarildi: each may have cost 0.1 Star
 
     @property
     def finished(self) -> bool:
@@ -145,6 +147,8 @@ def batch_progress(name: str, pauses: Sequence[Pause], *, schema: str) -> Readin
         started=r.started,
         last_sent=r.last_sent,
         paused_by=held,
+        paid=int(r.paid),
+        paid_sent=int(r.paid_sent),
     )
 
 

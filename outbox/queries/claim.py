@@ -23,6 +23,7 @@ import time
 import weakref
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
+from enum import StrEnum
 from typing import Any, NamedTuple
 
 from outbox import sql
@@ -61,6 +62,35 @@ class ClaimLimits(NamedTuple):
     chat_gap: float = 0.0  # seconds between two messages to one private chat
     group_gap: float = 0.0  # seconds between two messages to one group
     horizon: float = 1.0  # seconds of send slots a claim may book ahead
+    # The paid lane's messages/s (allow_paid_broadcast rows, on a clock of their own); 0: no
+    # paid lane, such rows share the free budget (per_bot).
+    paid: float = 0.0
+
+
+class ClaimLane(StrEnum):
+    """Which rows a claim takes, on which of the bot's two slot clocks."""
+
+    ALL = "all"  # every row, on the free clock: no paid lane
+    FREE = "free"  # the rows without allow_paid_broadcast, on the free clock
+    PAID = "paid"  # the rows with it, on the paid clock (bot_holati.pullik_slot)
+
+
+def claim_lanes(limits: ClaimLimits) -> tuple[ClaimLane, ...]:
+    """The lanes a bot's claims take, in the order they claim: the free one first (replies,
+    of the highest priority, are free rows), then the paid one if there is one."""
+    return (ClaimLane.FREE, ClaimLane.PAID) if limits.paid > 0 else (ClaimLane.ALL,)
+
+
+# What makes a row one of the paid lane: its payload contains this (the claim's :mark).
+_PAID_MARK = '{"allow_paid_broadcast": true}'
+# The rows each lane takes, by their allow_paid_broadcast (the claim's :lanes).
+_LANE_ROWS = {ClaimLane.ALL: [True, False], ClaimLane.FREE: [False], ClaimLane.PAID: [True]}
+
+
+def lane_limits(limits: ClaimLimits, lane: ClaimLane) -> ClaimLimits:
+    """The limits one lane's claim applies: the paid lane's rate is its own; chat spacing and
+    the horizon are the bot's, for both."""
+    return limits._replace(per_bot=limits.paid) if lane is ClaimLane.PAID else limits
 
 
 # One send slot in RESERVED_SHARE goes to the oldest due row whatever its priority: a row with
@@ -219,15 +249,21 @@ async def claim_due(
     bot: str = DEFAULT_BOT,
     limits: ClaimLimits = ClaimLimits(),  # noqa: B008 - an immutable tuple
     bot_rows: bool = False,
+    lane: ClaimLane = ClaimLane.ALL,
 ) -> list[ClaimedRow]:
     """Claim up to ``limit`` due rows of ``queue`` for ``bot``; other relays skip them.
 
     With ``limits``, each row comes with its send slot (``wait``), booked in the budget of
     ``bot`` (shared by every queue and relay of that bot). With ``bot_rows``, only the rows
-    whose ``bot`` column names ``bot``; else also the rows that name no bot.
+    whose ``bot`` column names ``bot``; else also the rows that name no bot. ``lane`` picks
+    the rows and the slot clock (:func:`claim_lanes`): the paid lane books at ``limits.paid``.
     """
+    limits = lane_limits(limits, lane)
     rate = float(limits.per_bot)
-    lane = {
+    lane_params = {
+        "lanes": _LANE_ROWS[lane],
+        "paid": lane is ClaimLane.PAID,
+        "mark": _PAID_MARK,
         "bot": bot,
         "unnamed": not bot_rows,
         "queue": queue,
@@ -240,7 +276,7 @@ async def claim_due(
             "claim_rows",
             schema=schema,
             params={
-                **lane,
+                **lane_params,
                 "holder": claim_holder(),
                 "limit": limit,
                 "rate": rate,
@@ -263,7 +299,7 @@ async def claim_due(
                 "claim_oldest",
                 schema=schema,
                 params={
-                    **lane,
+                    **lane_params,
                     "priorities": reached,
                     "taken": [c.id for c in walk],
                     "until": until,
@@ -292,6 +328,7 @@ async def claim_due(
             params={
                 # One JSON text, not four arrays: psycopg quotes an array's items one by one.
                 "bookings": json.dumps(plan.bookings),
+                "paid": lane is ClaimLane.PAID,
                 "bot": bot,
                 "next_slot": plan.next_slot,
                 "holder": claim_holder(),

@@ -19,14 +19,19 @@ from outbox.queries._common import Reading, operation
 from outbox.schema import notify_channel
 
 __all__ = [
+    "PAID_STOP_SECONDS",
+    "PaidStop",
     "Pause",
     "Scope",
     "check_batch_name",
     "check_name",
     "list_pauses",
     "not_paused",
+    "paid_lane_stops",
     "pause",
     "resume",
+    "resume_paid_lane",
+    "stop_paid_lane",
     "unpaused_lag",
 ]
 
@@ -54,6 +59,20 @@ class Scope(StrEnum):
 
 _OPTIONS = {Scope.QUEUE: "queue", Scope.BOT: "bot", Scope.KIND: "tur", Scope.BATCH: "batch"}
 MAX_VALUE_LENGTH = 200  # the table's check says the same
+
+
+# A paid lane stopped by Telegram's refusal (Stars balance, audience) starts again after an hour,
+# or when an operator resumes it: by then the balance may have been topped up.
+PAID_STOP_SECONDS = 3600.0
+
+
+@dataclass(frozen=True, slots=True)
+class PaidStop:
+    """A bot whose paid lane is stopped: until when, and Telegram's words."""
+
+    bot: str
+    until: datetime
+    reason: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -128,3 +147,28 @@ def unpaused_lag(*, schema: str, queue: str | None = None) -> Reading[dict[str, 
     none are left out)."""
     rows = yield "unpaused_lag", schema, {"navbat": queue}
     return {str(row.queue): max(float(row.lag), 0.0) for row in rows}
+
+
+@operation
+def stop_paid_lane(
+    bot: str, reason: str, *, schema: str, seconds: float = PAID_STOP_SECONDS
+) -> Reading[datetime | None]:
+    """Stop ``bot``'s paid lane for every relay for ``seconds``, saying ``reason``; until when,
+    or None if it was stopped already (by another relay's refusal, say)."""
+    params = {"bot": bot, "reason": reason[:500], "seconds": float(seconds)}
+    rows = yield "stop_paid_lane", schema, params
+    return rows[0][0] if rows else None  # the relay's rows are plain tuples
+
+
+@operation
+def resume_paid_lane(bot: str, *, schema: str) -> Reading[bool]:
+    """Start ``bot``'s stopped paid lane again (waking the relays); False if it was running."""
+    params = {"bot": check_name(bot), "channel": notify_channel(schema)}
+    return bool((yield "resume_paid_lane", schema, params))
+
+
+@operation
+def paid_lane_stops(*, schema: str) -> Reading[list[PaidStop]]:
+    """The bots whose paid lane is stopped now."""
+    rows = yield "paid_lane_stops", schema, {}
+    return [PaidStop(str(r.bot), r.until, str(r.reason or "")) for r in rows]

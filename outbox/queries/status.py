@@ -243,6 +243,8 @@ class BotFigures:
     token: TokenState
     flood_paused: bool  # Telegram's flood control (bot_holati.pauza_tugashi)
     operator_paused: bool  # outbox pause --bot
+    # Its paid lane is stopped (bot_holati.pullik_pauza_tugashi): Telegram's words; None: not.
+    paid_stopped: str | None = None
 
 
 def _token(relays: int, rejected: int) -> TokenState:
@@ -267,6 +269,7 @@ def bot_status(*, schema: str, bot: str | None = None) -> Reading[list[BotFigure
             token=_token(int(row.relays), int(row.rejected)),
             flood_paused=bool(row.flood_paused),
             operator_paused=bool(row.operator_paused),
+            paid_stopped=None if row.paid_stopped is None else str(row.paid_stopped),
         )
         for row in rows
     ]

@@ -27,16 +27,19 @@ async def bots_timing(
     horizon: float,
     rate: float = 0.0,
     unnamed: Sequence[bool] | None = None,
+    paid: bool = False,
 ) -> dict[str, QueueTiming]:
     """When each of ``bots`` may have work in ``queues`` (its own rows, and with its
     ``unnamed`` flag also the rows that name no bot), and how long it is paused; with the
-    bots' ``rate``, a windowed row counts from when the claim's plan may send it early."""
+    bots' ``rate``, a windowed row counts from when the claim's plan may send it early; with
+    ``paid`` (a paid lane), a slot of either of the bot's clocks is room."""
     params = {
         "bots": list(bots),
         "unnamed": list(unnamed) if unnamed is not None else [False] * len(bots),
         "queues": list(queues),
         "horizon": float(horizon),
         "rate": float(rate),
+        "paid": paid,
         "lookahead": PLAN_ROWS / rate if rate > 0 else 0.0,
         "plan_rows": PLAN_ROWS,
     }

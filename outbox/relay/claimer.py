@@ -51,6 +51,11 @@ _BUSY_BACKOFF_MAX = 0.5
 # How often the bots' source (a folder of tokens) is looked at for added and removed bots.
 LOOK_INTERVAL = 2.0
 _LATE = 0.002  # wait a hair past a due moment, so that the claim finds the row due
+# With a paid lane, a free claim that found nothing is not tried again for this long: it reads
+# past the paid rows pending in its queue (one index entry and row each), so a paid campaign's
+# backlog would make each round's free claim as slow as the campaign is long. A free row
+# enqueued meanwhile (a reply) waits this much more at most; under the slot horizon.
+FREE_IDLE = 0.2
 _UNKNOWN = queries.QueueTiming(0.0, 0.0, True)
 _NOTHING = queries.QueueTiming(None, 0.0)
 
@@ -90,6 +95,7 @@ class LaneClaim:
         # A claim's answer was lost: it may have committed rows that nobody here holds.
         self._unheard = False
         self._next_queue = 0
+        self._free_idle_until: dict[str, float] = {}  # queue: loop time (see FREE_IDLE)
         self.held = False  # due rows wait for their chat, the bot's budget or a pause
         self.blocked_until = 0.0  # loop time: due rows locked by another claim, look later
         self._busy_backoff = _BUSY_BACKOFF_START
@@ -177,15 +183,31 @@ class LaneClaim:
             if self._unheard:
                 await self._release_unheard(conn)
             self._unheard = True  # until its answer is heard
-            rows = await queries.claim_due(
-                conn,
-                limit,
-                schema=schema,
-                queue=queue,
-                bot=bot,
-                limits=self._limits,
-                bot_rows=not self.takes_unnamed_rows,
-            )
+            rows: list[queries.ClaimedRow] = []
+            # The free lane first (replies are free rows), then the paid one with what is left:
+            # each is held to its own clock's room, so neither takes the other's slots.
+            loop = asyncio.get_running_loop()
+            for lane in queries.claim_lanes(self._limits):
+                if lane is queries.ClaimLane.PAID and self._flood.paid_held:
+                    continue  # Telegram refused a paid send: stopped here until written
+                free = lane is queries.ClaimLane.FREE
+                if free and loop.time() < self._free_idle_until.get(queue, 0.0):
+                    continue
+                got = await queries.claim_due(
+                    conn,
+                    limit - len(rows),
+                    schema=schema,
+                    queue=queue,
+                    bot=bot,
+                    limits=self._limits,
+                    bot_rows=not self.takes_unnamed_rows,
+                    lane=lane,
+                )
+                if free and not got:
+                    self._free_idle_until[queue] = loop.time() + FREE_IDLE
+                rows += got
+                if len(rows) >= limit:
+                    break
             self._unheard = False
             return rows
 
@@ -343,6 +365,7 @@ class Claimer:
                     horizon=config.slot_horizon,
                     rate=config.rate_limits.per_bot,
                     unnamed=[lane.claim.takes_unnamed_rows for lane in lanes],
+                    paid=config.rate_limits.paid_per_bot > 0,
                 )
             )
         except DatabaseLost:
@@ -366,4 +389,5 @@ def fleet_limits(limits: RateLimits, horizon: float) -> queries.ClaimLimits:
         chat + LATE_FOR_SLOT if chat else 0.0,
         group + LATE_FOR_SLOT if group else 0.0,
         horizon,
+        limits.paid_per_bot,
     )

@@ -47,6 +47,9 @@ class FloodControl:
         self._to_announce = 0.0  # seconds, not yet told to the other relays
         self._announce_now = asyncio.Event()
         self._stop = asyncio.Event()
+        # Telegram refused a paid broadcast (Stars balance, audience): Telegram's words, until
+        # the bot's paid lane is stopped in its state row; meanwhile this relay holds it.
+        self._paid_refusal: str | None = None
 
     @property
     def resume_at(self) -> float:
@@ -77,6 +80,18 @@ class FloodControl:
             log.warning("flood control: the bot must wait %.1f s (shared by its relays)", seconds)
         return news
 
+    def paid_refused(self, reason: str) -> None:
+        """Telegram refused a paid broadcast for the bot's Stars balance or audience: its paid
+        lane stops, here at once and for the other relays as soon as ``run()`` writes it."""
+        if self._paid_refusal is None:
+            self._paid_refusal = reason
+            self._announce_now.set()
+
+    @property
+    def paid_held(self) -> bool:
+        """The paid lane is stopped here and the stop is not written yet: no paid claims."""
+        return self._paid_refusal is not None
+
     # --- telling the other relays ----------------------------------------------------------
 
     async def run(self) -> None:
@@ -95,6 +110,8 @@ class FloodControl:
         """Write the pause this relay got to the bot's state row (and any that came meanwhile);
         ``run`` does it as pauses come, ``Relay.run_once`` after its batch."""
         store = self._store
+        if self._paid_refusal is not None:
+            await self._stop_paid(self._paid_refusal)
         while self._to_announce and store is not None:
             seconds, self._to_announce = self._to_announce, 0.0
             try:
@@ -102,6 +119,28 @@ class FloodControl:
             except (psycopg.Error, OutboxError) as err:
                 # Best effort: the other relays find out from Telegram instead, a 429 each.
                 log.warning("could not tell the other relays about flood control: %s", err)
+
+    async def _stop_paid(self, reason: str) -> None:
+        until = None
+        if self._store is not None:
+            try:
+                until = await self._store.run(
+                    lambda conn: queries.stop_paid_lane.run_async(
+                        conn, self.bot, reason, schema=self._schema
+                    )
+                )
+            except (psycopg.Error, OutboxError) as err:
+                # The next paid send is refused again, and says it again.
+                log.warning("could not stop the bot's paid lane for the other relays: %s", err)
+        self._paid_refusal = None
+        if until is not None or self._store is None:
+            log.warning(
+                "bot %s: paid broadcasts stopped for an hour, its paid rows wait (the free lane "
+                "goes on; `outbox resume --paid %s` starts them again): %s",
+                self.bot,
+                self.bot,
+                reason,
+            )
 
     async def _write(self, conn: queries.AsyncConn, *, seconds: float) -> None:
         await queries.announce_pause(conn, seconds, schema=self._schema, bot=self.bot)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import weakref
 from collections.abc import Awaitable, Callable
@@ -429,6 +430,13 @@ class SendPool:
             self._total.deferred += 1
             self._reach.lost(failure.reason)
             self._reach.handed_back()
+        if failure.kind is FailureKind.PAID_REFUSED:
+            if not _paid(row):  # the words of a paid refusal for a free message: its own
+                self._fail(row, dataclasses.replace(failure, kind=FailureKind.PERMANENT))
+                return
+            # The bot's paid lane stops (here at once, then for every relay); the row waits
+            # for it, keeping its place and its attempts.
+            self._flood.paid_refused(failure.reason)
         if failure.retry_after:
             # Flood control is per bot: every send of this bot waits, not only this row, and
             # so do the other relays (flood control tells them at once).
@@ -499,6 +507,11 @@ class SendPool:
         if self._spans and id(row) in self._spans:
             self._spans[id(row)].outcome = outcome  # the span ends once it is written
         self._completer.record(outcome)
+
+
+def _paid(row: queries.ClaimedRow) -> bool:
+    """Sent with allow_paid_broadcast: a row of the paid lane (as the claim reads it)."""
+    return isinstance(row.payload, dict) and row.payload.get("allow_paid_broadcast") is True
 
 
 def _about(row: queries.ClaimedRow, chat_id: object = None) -> dict[str, object]:

@@ -18,6 +18,10 @@ SELECT count(*) AS total,
                         AND yangilangan > now() - make_interval(secs => :window)) AS recent,
        min(yangilangan) FILTER (WHERE holat = 'bajarildi'
                         AND yangilangan > now() - make_interval(secs => :window)) AS recent_from,
+       -- Sent with allow_paid_broadcast (the paid lane, with one): each may cost 0.1 Star.
+       count(*) FILTER (WHERE payload @> '{"allow_paid_broadcast": true}') AS paid,
+       count(*) FILTER (WHERE holat = 'bajarildi'
+                        AND payload @> '{"allow_paid_broadcast": true}') AS paid_sent,
        min(yaratilgan) AS started,
        max(yangilangan) FILTER (WHERE holat = 'bajarildi') AS last_sent,
        now() AS now

@@ -11,17 +11,22 @@
 -- the starvation bound may add), :rate (the bot's messages a second, 0: no limit), :horizon
 -- (seconds of slots a claim may book ahead), :lookahead and :plan_rows (the windows' plan),
 -- :chat_on (chat spacing on), :idle_ms (how long, in milliseconds, the claim's transaction may sit
--- idle before the server ends it).
+-- idle before the server ends it), :lanes (the rows taken, by their allow_paid_broadcast:
+-- {true,false} every row, no paid lane; {false} the free lane's; {true} the paid lane's) and
+-- :paid (the paid lane: its clock, bot_holati.pullik_slot, and its stop); :mark is what
+-- makes a row paid, '{"allow_paid_broadcast": true}' (a payload that contains it).
 
 -- name: claim_rows
 WITH RECURSIVE
 budget AS (
     -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
-    SELECT greatest(clock_timestamp(), keyingi_slot) AS base, clock_timestamp() AS t0,
+    SELECT greatest(clock_timestamp(), CASE WHEN :paid THEN pullik_slot ELSE keyingi_slot END)
+               AS base, clock_timestamp() AS t0,
            -- A claim left idle mid-transaction (its relay's link went silent) is ended by the
            -- server, and with it this lock, which the relay's next claim waits for.
            set_config('idle_in_transaction_session_timeout', :idle_ms, true) AS idle_limit,
-           pauza_tugashi > now()
+           -- The paid lane stops alone (Stars balance, audience): the free lane goes on.
+           greatest(pauza_tugashi, CASE WHEN :paid THEN pullik_pauza_tugashi END) > now()
            OR EXISTS (SELECT 1 FROM pauza
                       WHERE (doira = 'navbat' AND qiymat = :queue)
                          OR (doira = 'bot' AND qiymat = :bot)) AS paused
@@ -35,9 +40,12 @@ room AS (
                 WHEN :rate <= 0 THEN :limit
                 ELSE least(:limit, greatest(0, 1 + floor((:horizon
                      - extract(epoch FROM (SELECT base - t0 FROM budget))) * :rate)::int))
-           END AS n,
-           -- A kind or a batch is paused somewhere: only then is each row asked.
-           EXISTS (SELECT 1 FROM pauza WHERE doira IN ('tur', 'partiya')) AS some_paused
+           END AS n
+),
+held AS (
+    -- The pauses of kinds and batches, read once (mostly none: each row's probe of it is
+    -- then a scan of nothing).
+    SELECT * FROM pauza WHERE doira IN ('tur', 'partiya')
 ),
 keys(k) AS (
     -- The lane's rows, as outbox_claim_idx keys them (bot:queue): those naming its bot, and
@@ -72,13 +80,13 @@ clear AS (
     SELECT NOT EXISTS (SELECT 1 FROM outbox s
                        WHERE s.yakka
                          AND ((s.holat = 'kutmoqda' AND s.keyingi_urinish <= now()
-                               AND s.navbat = :queue
+                               AND s.navbat = :queue AND (s.payload @> :mark) = ANY (:lanes)
                                AND (s.bot = :bot OR (s.bot IS NULL AND :unnamed))
                                -- A paused suspect does not hold back the queue.
-                               AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
-                                   SELECT 1 FROM pauza z
+                               AND NOT EXISTS (
+                                   SELECT 1 FROM held z
                                    WHERE (z.doira = 'tur' AND z.qiymat = s.tur)
-                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya))))
+                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya)))
                               OR (s.holat = 'bajarilmoqda' AND s.egasi = :holder))) AS ok
 ),
 alone AS (
@@ -88,11 +96,10 @@ alone AS (
     FROM outbox o
     WHERE o.yakka AND o.holat = 'kutmoqda' AND o.keyingi_urinish <= now()
       AND o.navbat = :queue AND (o.bot = :bot OR (o.bot IS NULL AND :unnamed))
-      AND NOT (SELECT ok FROM clear)
+      AND (o.payload @> :mark) = ANY (:lanes) AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM outbox WHERE egasi = :holder AND holat = 'bajarilmoqda')
-      AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
-               SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                        OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
+      AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                              OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -123,10 +130,10 @@ walk AS (
               AND o.holat = 'kutmoqda' AND o.ustuvorlik = p.v
               AND o.keyingi_urinish <= (SELECT until FROM plan)
               AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
-              AND NOT o.yakka AND (SELECT ok FROM clear)
-              AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
-                       SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                                OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
+              -- The lane's rows: with a paid lane, each clock books its own.
+              AND NOT o.yakka AND (SELECT ok FROM clear) AND (o.payload @> :mark) = ANY (:lanes)
+              AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                                      OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
               -- A follow-up waits while its original is still to be sent.
               AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
                        SELECT 1 FROM outbox m WHERE m.kalit = o.payload ->> 'message_key'
@@ -201,6 +208,7 @@ oldest AS (
           AND o.keyingi_urinish <= to_timestamp(:until)
           AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
           AND NOT o.yakka
+          AND (o.payload @> :mark) = ANY (:lanes)
           AND (NOT (SELECT some_paused FROM paused) OR NOT EXISTS (
                    SELECT 1 FROM pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
                                             OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
@@ -274,7 +282,10 @@ taken AS (
     SELECT * FROM chosen WHERE chat_free IS NULL OR chat IN (SELECT chat FROM chats)
 ),
 bump AS (
-    UPDATE bot_holati SET keyingi_slot = to_timestamp(:next_slot)
+    -- The lane's clock: the paid one for the paid lane, the free one otherwise.
+    UPDATE bot_holati
+    SET keyingi_slot = CASE WHEN :paid THEN keyingi_slot ELSE to_timestamp(:next_slot) END,
+        pullik_slot = CASE WHEN :paid THEN to_timestamp(:next_slot) ELSE pullik_slot END
     WHERE bot = :bot AND :next_slot::float8 IS NOT NULL
 ),
 held AS (

@@ -36,3 +36,26 @@ WHERE o.holat = 'kutmoqda' AND o.keyingi_urinish <= now() AND o.keyingi_urinish 
              AND (e.tartib, e.id) < (o.tartib, o.id)
              AND e.tinch = o.tinch AND (e.tinch_oldin IS NULL OR e.keyingi_urinish <= now())))
 GROUP BY o.navbat;
+
+-- name: stop_paid_lane
+-- Telegram refused a paid broadcast for the bot's Stars balance or its audience: the bot's paid
+-- lane stops for every relay for :seconds (its rows wait; the free lane goes on), with
+-- Telegram's words. Returns a row only when the lane was running (who stopped it says so).
+UPDATE bot_holati
+SET pullik_pauza_tugashi = now() + make_interval(secs => :seconds), pullik_pauza_sababi = :reason
+WHERE bot = :bot AND pullik_pauza_tugashi <= now()
+RETURNING pullik_pauza_tugashi AS until;
+
+-- name: resume_paid_lane
+-- An operator resumes a stopped paid lane (outbox resume --paid BOT): the relays are woken.
+WITH lifted AS (
+    UPDATE bot_holati SET pullik_pauza_tugashi = '-infinity', pullik_pauza_sababi = NULL
+    WHERE bot = :bot AND pullik_pauza_tugashi > now()
+    RETURNING 1
+)
+SELECT true AS resumed FROM lifted, pg_notify(:channel, '') AS woken;
+
+-- name: paid_lane_stops
+-- The bots whose paid lane is stopped now: until when, and why.
+SELECT bot, pullik_pauza_tugashi AS until, pullik_pauza_sababi AS reason
+FROM bot_holati WHERE pullik_pauza_tugashi > now() ORDER BY bot;

@@ -148,6 +148,9 @@ SELECT coalesce(c.bot, h.bot) AS bot,
        coalesce(h.relays, 0) AS relays, coalesce(h.rejected, 0) AS rejected,
        coalesce((SELECT s.pauza_tugashi > now() FROM bot_holati s
                  WHERE s.bot = coalesce(c.bot, h.bot)), false) AS flood_paused,
+       -- Its paid lane stopped (Telegram refused a paid broadcast): Telegram's words.
+       (SELECT coalesce(s.pullik_pauza_sababi, '') FROM bot_holati s
+        WHERE s.bot = coalesce(c.bot, h.bot) AND s.pullik_pauza_tugashi > now()) AS paid_stopped,
        EXISTS (SELECT 1 FROM pauza p WHERE p.doira = 'bot'
                AND p.qiymat = coalesce(c.bot, h.bot)) AS operator_paused
 FROM counted c FULL JOIN held h ON h.bot = c.bot

@@ -91,7 +91,10 @@ SELECT b.bot,
        min(greatest(CASE WHEN t.at > now() THEN least(extract(epoch FROM t.at), t.window_due)
                          ELSE t.chat_due END,
                     extract(epoch FROM h.pauza_tugashi),
-                    extract(epoch FROM h.keyingi_slot) - :horizon))
+                    -- With a running paid lane (:paid), its clock may free a slot first.
+                    extract(epoch FROM CASE WHEN :paid AND h.pullik_pauza_tugashi <= now()
+                                            THEN least(h.keyingi_slot, h.pullik_slot)
+                                            ELSE h.keyingi_slot END) - :horizon))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
            FILTER (WHERE t.at IS NOT NULL)
            - extract(epoch FROM now()),

@@ -75,6 +75,9 @@ class _Control:
             elif what == "config":
                 fake.latency = float(body.get("latency", fake.latency))
                 fake.enforce_limits = bool(body.get("enforce_limits", fake.enforce_limits))
+                if "paid_refusal" in body:  # a description, or null to accept paid sends again
+                    refusal = body["paid_refusal"]
+                    fake.refuse_paid(None if refusal is None else str(refusal))
                 return _json_response(
                     200,
                     {

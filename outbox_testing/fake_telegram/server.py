@@ -56,6 +56,11 @@ class _Entry:
         self.fault, self.left = fault, left
 
 
+# What the fake answers a paid broadcast while refuse_paid() is on: the MTProto error name the
+# Bot API passes through for a Stars balance that is too low (see outbox.classify).
+PAID_REFUSAL = "BALANCE_TOO_LOW"
+
+
 class FakeTelegram(_KindsSide, _PeopleSide):
     """The fake server. Records are read through thread-safe snapshot properties."""
 
@@ -75,6 +80,9 @@ class FakeTelegram(_KindsSide, _PeopleSide):
         self._message_ids: dict[int, int] = {}
         self._limiters: dict[int, _Limiter] = {}  # by bot id
         self.rejected_429 = 0
+        # While set, every sendMessage with allow_paid_broadcast is answered 400 with these
+        # words (the bot's Stars balance or audience, refuse_paid); None: paid sends go through.
+        self.paid_refusal: str | None = None
         # Called with the chat id of every well-formed sendMessage before it is answered, on the
         # server's thread: tests inject faults that are not answers (the sender killed mid-send).
         self.on_send: Callable[[int], None] | None = None
@@ -130,6 +138,13 @@ class FakeTelegram(_KindsSide, _PeopleSide):
             self._limiters.clear()
             self.rejected_429 = 0
             self._people = _People()
+
+    def refuse_paid(self, description: str | None = PAID_REFUSAL) -> None:
+        """Answer every paid sendMessage (allow_paid_broadcast) 400 ``description`` from now
+        on, as Telegram does for a bot whose Stars balance is too low; None: accept them again.
+        A refused message takes no slot of any limit."""
+        with self._lock:
+            self.paid_refusal = description
 
     def script(self, chat_id: int | None, fault: Fault, times: int | None = 1) -> None:
         """Queue ``fault`` for ``chat_id`` (None: any chat) ``times`` times, or forever if None.
@@ -252,10 +267,15 @@ class FakeTelegram(_KindsSide, _PeopleSide):
             self.on_send(chat_id)
         with self._lock:
             paid = _flag(params.get("allow_paid_broadcast"))
-            wait = self._admit(bot_id, chat_id, paid) if self.enforce_limits else 0
-            fault = None if wait else self._take_fault(chat_id)
-        if wait:
-            response = _error(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})
+            refusal = self.paid_refusal if paid else None
+            wait = self._admit(bot_id, chat_id, paid) if self.enforce_limits and not refusal else 0
+            fault = None if wait or refusal else self._take_fault(chat_id)
+        if refusal or wait:
+            response = (
+                _error(400, f"Bad Request: {refusal}")
+                if refusal
+                else _error(429, f"Too Many Requests: retry after {wait}", {"retry_after": wait})
+            )
             return await self._answer(bot_id, chat_id, method, at, response)
         if fault is not None and fault.status:
             if fault.kind == "bad_gateway_html":

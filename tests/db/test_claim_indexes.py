@@ -77,7 +77,8 @@ def _claim_params(navbat: str = "default", limit: int = 64) -> dict[str, Any]:
     return {
         "bot": "default", "unnamed": True, "queue": navbat, "holder": "test", "limit": limit,
         "reserve": 1 + limit // 10, "rate": 0.0, "horizon": 1.0, "lookahead": 0.0,
-        "plan_rows": 5000, "chat_on": True, "idle_ms": "10000",
+        "plan_rows": 5000, "chat_on": True, "idle_ms": "10000", "lanes": [True, False],
+        "paid": False, "mark": "{\"allow_paid_broadcast\": true}",
     }  # fmt: skip
 
 

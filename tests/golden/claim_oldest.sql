@@ -18,6 +18,7 @@ oldest AS (
           AND o.keyingi_urinish <= to_timestamp(%(until)s)
           AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
           AND NOT o.yakka
+          AND (o.payload @> %(mark)s) = ANY (%(lanes)s)
           AND (NOT (SELECT some_paused FROM paused) OR NOT EXISTS (
                    SELECT 1 FROM "public".pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
                                             OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))

@@ -1,8 +1,9 @@
 WITH RECURSIVE
 budget AS (
-    SELECT greatest(clock_timestamp(), keyingi_slot) AS base, clock_timestamp() AS t0,
+    SELECT greatest(clock_timestamp(), CASE WHEN %(paid)s THEN pullik_slot ELSE keyingi_slot END)
+               AS base, clock_timestamp() AS t0,
            set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true) AS idle_limit,
-           pauza_tugashi > now()
+           greatest(pauza_tugashi, CASE WHEN %(paid)s THEN pullik_pauza_tugashi END) > now()
            OR EXISTS (SELECT 1 FROM "public".pauza
                       WHERE (doira = 'navbat' AND qiymat = %(queue)s)
                          OR (doira = 'bot' AND qiymat = %(bot)s)) AS paused
@@ -14,8 +15,10 @@ room AS (
                 WHEN %(rate)s <= 0 THEN %(limit)s
                 ELSE least(%(limit)s, greatest(0, 1 + floor((%(horizon)s
                      - extract(epoch FROM (SELECT base - t0 FROM budget))) * %(rate)s)::int))
-           END AS n,
-           EXISTS (SELECT 1 FROM "public".pauza WHERE doira IN ('tur', 'partiya')) AS some_paused
+           END AS n
+),
+held AS (
+    SELECT * FROM "public".pauza WHERE doira IN ('tur', 'partiya')
 ),
 keys(k) AS (
     SELECT %(bot)s || ':' || %(queue)s UNION ALL SELECT ':' || %(queue)s WHERE %(unnamed)s
@@ -43,12 +46,12 @@ clear AS (
     SELECT NOT EXISTS (SELECT 1 FROM "public".outbox s
                        WHERE s.yakka
                          AND ((s.holat = 'kutmoqda' AND s.keyingi_urinish <= now()
-                               AND s.navbat = %(queue)s
+                               AND s.navbat = %(queue)s AND (s.payload @> %(mark)s) = ANY (%(lanes)s)
                                AND (s.bot = %(bot)s OR (s.bot IS NULL AND %(unnamed)s))
-                               AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
-                                   SELECT 1 FROM "public".pauza z
+                               AND NOT EXISTS (
+                                   SELECT 1 FROM held z
                                    WHERE (z.doira = 'tur' AND z.qiymat = s.tur)
-                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya))))
+                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya)))
                               OR (s.holat = 'bajarilmoqda' AND s.egasi = %(holder)s))) AS ok
 ),
 alone AS (
@@ -56,11 +59,10 @@ alone AS (
     FROM "public".outbox o
     WHERE o.yakka AND o.holat = 'kutmoqda' AND o.keyingi_urinish <= now()
       AND o.navbat = %(queue)s AND (o.bot = %(bot)s OR (o.bot IS NULL AND %(unnamed)s))
-      AND NOT (SELECT ok FROM clear)
+      AND (o.payload @> %(mark)s) = ANY (%(lanes)s) AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM "public".outbox WHERE egasi = %(holder)s AND holat = 'bajarilmoqda')
-      AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
-               SELECT 1 FROM "public".pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                        OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
+      AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                              OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -88,10 +90,9 @@ walk AS (
               AND o.holat = 'kutmoqda' AND o.ustuvorlik = p.v
               AND o.keyingi_urinish <= (SELECT until FROM plan)
               AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
-              AND NOT o.yakka AND (SELECT ok FROM clear)
-              AND (NOT (SELECT some_paused FROM room) OR NOT EXISTS (
-                       SELECT 1 FROM "public".pauza z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                                OR (z.doira = 'partiya' AND z.qiymat = o.partiya)))
+              AND NOT o.yakka AND (SELECT ok FROM clear) AND (o.payload @> %(mark)s) = ANY (%(lanes)s)
+              AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
+                                                      OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
               AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
                        SELECT 1 FROM "public".outbox m WHERE m.kalit = o.payload ->> 'message_key'
                                                 AND m.holat IN ('kutmoqda', 'bajarilmoqda')))

@@ -15,7 +15,9 @@ taken AS (
     SELECT * FROM chosen WHERE chat_free IS NULL OR chat IN (SELECT chat FROM chats)
 ),
 bump AS (
-    UPDATE "public".bot_holati SET keyingi_slot = to_timestamp(%(next_slot)s)
+    UPDATE "public".bot_holati
+    SET keyingi_slot = CASE WHEN %(paid)s THEN keyingi_slot ELSE to_timestamp(%(next_slot)s) END,
+        pullik_slot = CASE WHEN %(paid)s THEN to_timestamp(%(next_slot)s) ELSE pullik_slot END
     WHERE bot = %(bot)s AND %(next_slot)s::float8 IS NOT NULL
 ),
 held AS (

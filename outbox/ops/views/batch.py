@@ -44,6 +44,8 @@ def batch_json(b: BatchProgress) -> dict[str, Any]:
         "last_sent": iso(b.last_sent),
         "finished": b.finished,
         "paused_by": [pause_json(p) for p in b.paused_by],
+        "paid": b.paid,
+        "paid_sent": b.paid_sent,
     }
 
 
@@ -69,6 +71,17 @@ def batch_lines(b: BatchProgress) -> list[str]:
             ("paused", str(b.paused), "kutmoqda, held by a pause"),
             ("rate", f"{b.rate:.1f}/s", "sent per second over the last minute"),
         ]
+        + (
+            [
+                (
+                    "paid",
+                    str(b.paid_sent),
+                    f"sent with allow_paid_broadcast, of {b.paid}: up to 0.1 Star each",
+                )
+            ]
+            if b.paid
+            else []
+        )
     )
     lines.append(f"{'expected end':<13} {end}")
     if b.started is not None:

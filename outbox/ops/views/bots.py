@@ -20,6 +20,8 @@ def bot_state(bot: BotFigures) -> str:
         return "paused"
     if bot.flood_paused:
         return "flood pause"
+    if bot.paid_stopped is not None:
+        return "paid lane stopped"  # the free lane serves; `outbox resume --paid BOT`
     return "serving"
 
 
@@ -54,6 +56,7 @@ def bot_json(bot: BotFigures) -> dict[str, Any]:
         "token": str(bot.token),
         "flood_paused": bot.flood_paused,
         "paused": bot.operator_paused,
+        "paid_stopped": bot.paid_stopped,
         "state": bot_state(bot),
     }
 

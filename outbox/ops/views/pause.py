@@ -6,9 +6,9 @@ from collections.abc import Sequence
 from typing import Any
 
 from outbox.ops.views._text import iso, when
-from outbox.queries import Pause
+from outbox.queries import PaidStop, Pause
 
-__all__ = ["pause_json", "pause_text", "pauses_lines"]
+__all__ = ["paid_stop_json", "paid_stops_lines", "pause_json", "pause_text", "pauses_lines"]
 
 
 def pause_text(p: Pause) -> str:
@@ -28,3 +28,16 @@ def pause_json(p: Pause) -> dict[str, Any]:
 def pauses_lines(pauses: Sequence[Pause]) -> list[str]:
     """One line per pause, for ``outbox status`` and ``outbox pauses``."""
     return [f"paused        {pause_text(p)} (since {when(p.since)})" for p in pauses]
+
+
+def paid_stop_json(stop: PaidStop) -> dict[str, Any]:
+    return {"scope": "paid", "value": stop.bot, "until": iso(stop.until), "reason": stop.reason}
+
+
+def paid_stops_lines(stops: Sequence[PaidStop]) -> list[str]:
+    """One line per bot whose paid lane Telegram's refusal stopped (``outbox pauses``)."""
+    return [
+        f"paid stopped  bot {s.bot} until {when(s.until)}: {s.reason} "
+        f"(`outbox resume --paid {s.bot}`)"
+        for s in stops
+    ]

@@ -7,9 +7,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from outbox.ops.views._text import figures, span, table
+from outbox.ops.views._text import figures, span, table, when
 from outbox.ops.views.bots import bot_json, unserved_bots_line
-from outbox.ops.views.pause import pause_json
+from outbox.ops.views.pause import paid_stop_json, pause_json
 from outbox.queries import (
     EXPIRING_WITHIN,
     Activity,
@@ -160,6 +160,12 @@ def health(
     stranded = [b for b in report.bots if b.pending and b.token is not TokenState.SERVED]
     if stranded:
         warnings.append(unserved_bots_line(stranded))
+    # Telegram refused the bot's paid broadcasts: its paid rows wait on purpose.
+    warnings += [
+        f"bot {stop.bot}: paid broadcasts stopped until {when(stop.until)} ({stop.reason}); "
+        f"`outbox resume --paid {stop.bot}` once its Stars balance allows"
+        for stop in report.paid_stops
+    ]
     problems = []
     lag = max(report.lags.values(), default=0.0)
     if lag > max_lag:
@@ -216,6 +222,7 @@ def status_json(report: StatusReport, warnings: list[str], problems: list[str]) 
         "lanes": lanes_json(status.lanes),
         "bots": [bot_json(b) for b in report.bots],
         "paused": [pause_json(p) for p in report.paused],
+        "paid_stopped": [paid_stop_json(s) for s in report.paid_stops],
     }
 
 
