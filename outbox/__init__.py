@@ -14,6 +14,8 @@ from outbox.api import (
     queue_status,
     replay,
     sent_keys,
+    unblock_chat,
+    unblock_chat_async,
     update_pending,
     update_pending_async,
 )
@@ -41,6 +43,8 @@ __all__ = [
     "queue_status",
     "replay",
     "sent_keys",
+    "unblock_chat",
+    "unblock_chat_async",
     "update_pending",
     "update_pending_async",
 ]

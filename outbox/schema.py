@@ -35,7 +35,7 @@ __all__ = [
 DEFAULT_SCHEMA = "public"
 # The revision of the outbox's own migrations this code expects; every revision writes its id
 # into the outbox table's comment, which the relay and the commands check at start.
-SCHEMA_REVISION = "outbox_0016"
+SCHEMA_REVISION = "outbox_0017"
 KNOWN_REVISIONS = (  # oldest first
     "outbox_0001",
     "outbox_0002",
@@ -51,6 +51,7 @@ KNOWN_REVISIONS = (  # oldest first
     "outbox_0014",
     "outbox_0015",
     "outbox_0016",
+    "outbox_0017",
 )
 
 # Lower-case identifiers only: they need no quoting rules of their own in SQL or channel names,

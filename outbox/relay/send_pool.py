@@ -490,6 +490,7 @@ class SendPool:
                 error=decision.error,
                 error_code=decision.code,
                 new_attempts=decision.attempts,
+                chat_gone=decision.chat_gone,
                 # A group that moved stays moved, whatever happened to the resend.
                 new_chat_id=self._moved.get(id(row)),
             ),

@@ -45,7 +45,15 @@ __all__ = [
 ]
 
 # The outbox's own tables, qualified with the schema wherever a statement names them.
-TABLES = ("outbox", "yuborilgan", "bot_holati", "chat_navbati", "relaylar", "pauza")
+TABLES = (
+    "outbox",
+    "yuborilgan",
+    "bot_holati",
+    "chat_navbati",
+    "relaylar",
+    "pauza",
+    "bloklangan",
+)
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)
 # One lexical token of interest: a string literal, a quoted identifier, a comment, a ::cast,
