@@ -87,6 +87,7 @@ class BatchProgress:
     started: datetime | None  # first row enqueued
     last_sent: datetime | None
     paused_by: tuple[Pause, ...] = ()  # the pauses that hold its rows
+    chat_blocked: int = 0  # of the failed: not sent, the chat is gone for the bot (bloklangan)
 
     @property
     def finished(self) -> bool:
@@ -136,6 +137,7 @@ def batch_progress(name: str, pauses: Sequence[Pause], *, schema: str) -> Readin
         sent=int(r.sent),
         failed=int(r.failed),
         cancelled=int(r.cancelled),
+        chat_blocked=int(r.chat_blocked),
         sending=sending,
         waiting=waiting,
         paused=paused,

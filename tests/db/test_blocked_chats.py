@@ -194,7 +194,7 @@ def test_replay_of_a_blocked_chats_row_is_refused(
         enqueue(conn, key="fine", payload=text(12, 1))
         conn.execute(sa.text("UPDATE outbox SET holat = 'xato'"))
         conn.execute(sa.text("INSERT INTO bloklangan (bot, suhbat) VALUES ('444', '11')"))
-        ids = dict(conn.execute(sa.text("SELECT kalit, id FROM outbox")).all())
+        ids: dict[str, int] = dict(conn.execute(sa.text("SELECT kalit, id FROM outbox")).all())
     with engine.begin() as conn, pytest.raises(Refused) as refused:
         replay(conn, [ids["fine"], ids["r1"]])
     assert str(refused.value) == (
@@ -302,3 +302,25 @@ def test_unblock_chat_async_in_the_apps_transaction(engine: sa.Engine, db_url: s
 
     assert asyncio.run(go()) == (True, True)
     assert pairs(engine) == []
+
+
+def test_status_batch_and_show_tell_blocked_apart(
+    engine: sa.Engine, db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: Any
+) -> None:
+    monkeypatch.setenv("OUTBOX_DATABASE_URL", db_url)
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO bloklangan (suhbat, xato) VALUES ('31', 'blocked')"))
+        enqueue_many(conn, [(f"c-{n}", text(30 + n, 1)) for n in range(3)], batch="camp")
+        blocked_id = conn.execute(sa.text("SELECT id FROM outbox WHERE kalit = 'c-1'")).scalar()
+    code, out, _ = run(capsys, "batch", "camp")
+    assert code == 0
+    assert "xato, of which 0 cancelled by operator and 1 not sent to a blocked chat" in out
+    code, out, _ = run(capsys, "batch", "camp", "--json")
+    assert '"chat_blocked": 1' in out
+    code, out, _ = run(capsys, "status")
+    [line] = [line for line in out.splitlines() if line.startswith("chat blocked")]
+    assert line.split()[2] == "1" and "outbox chats --blocked" in line
+    code, out, _ = run(capsys, "show", str(blocked_id))
+    assert code == 0
+    assert "chat_blocked" in out
+    assert "not sent: chat 31 is gone for this bot" in out and "no request was made" in out
