@@ -43,12 +43,16 @@ _CODE = "chat_blocked"
 
 def _reason(row: str, pair: str) -> str:
     """SQL for the oxirgi_xato of a row ``row`` ended because of the ``bloklangan`` row
-    ``pair``."""
+    ``pair``: what was learned, when, and the command that lets the chat be sent to again."""
     return (
-        f"format('not sent: chat %s is gone for this bot (Telegram said %L to row %s on %s); "
-        "no request was made. Unblock the chat (outbox chats --unblock %s) to send again', "
-        f"{row}.suhbat, {pair}.xato, {pair}.manba, "
-        f"to_char({pair}.vaqt AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI'), {row}.suhbat)"
+        "format('not sent: chat %s is gone for this bot (%s, %s UTC); no request was made. "
+        "Unblock it to send again: outbox chats --unblock %s%s', "
+        f"{row}.suhbat, "
+        f"CASE WHEN {pair}.xato = '' THEN 'recorded without Telegram''s words' "
+        f"ELSE 'Telegram said ' || quote_literal({pair}.xato) "
+        f"|| coalesce(' to row ' || {pair}.manba, '') END, "
+        f"to_char({pair}.vaqt AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI'), {row}.suhbat, "
+        f"CASE WHEN {pair}.bot <> '' THEN ' --bot ' || {pair}.bot ELSE '' END)"
     )
 
 

@@ -31,7 +31,8 @@ gone AS (
     -- A 403 that means the chat is gone for the bot (outbox.classify): the pair is recorded,
     -- fenced as the state change is, and its trigger ends the pair's waiting rows.
     INSERT INTO bloklangan (bot, suhbat, xato, manba)
-    SELECT coalesce(o.bot, ''), coalesce(r.new_chat_id::text, o.suhbat), coalesce(r.xato, ''), o.id
+    SELECT coalesce(o.bot, ''), coalesce(r.new_chat_id::text, o.suhbat),
+           regexp_replace(coalesce(r.xato, ''), '^Telegram refused \(403\): ', ''), o.id
     FROM r JOIN outbox o ON o.id = r.id
     WHERE r.gone AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
       AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
@@ -81,7 +82,8 @@ gone AS (
     -- A 403 that means the chat is gone for the bot (outbox.classify): the pair is recorded,
     -- fenced as the state change is, and its trigger ends the pair's waiting rows.
     INSERT INTO bloklangan (bot, suhbat, xato, manba)
-    SELECT coalesce(o.bot, ''), coalesce(r.new_chat_id::text, o.suhbat), coalesce(r.xato, ''), o.id
+    SELECT coalesce(o.bot, ''), coalesce(r.new_chat_id::text, o.suhbat),
+           regexp_replace(coalesce(r.xato, ''), '^Telegram refused \(403\): ', ''), o.id
     FROM r JOIN outbox o ON o.id = r.id
     WHERE r.gone AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
       AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
