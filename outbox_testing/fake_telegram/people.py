@@ -285,6 +285,7 @@ class _PeopleSide:
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
+                self._people.drop_unwanted()
                 batch = list(self._people.updates[:limit])
             if batch or time.monotonic() >= deadline or self._runner is None:
                 return _ok(batch)
