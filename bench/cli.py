@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import (
+    blocked,
     bots,
     broadcast,
     db_path,
@@ -44,6 +45,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "bots": (bots.run, "10. many bots: --tokens-dir against a relay per token; 1,000 bots"),
     "order": (order.run, "11. order per chat: 500s, 429s and a relay killed, two relays"),
     "migration": (migration.run, "12. the newest revision's lock beside 1,000,000 rows"),
+    "blocked": (blocked.run, "13. blocked chats: 20,000 messages, 400 of 2,000 chats blocked"),
 }
 RESULTS_DIR = Path("bench/results")
 
