@@ -468,7 +468,10 @@ class SendPool:
             about = _about(row)
             if decision.state is State.FAILED:
                 self._total.failed += 1
-                log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
+                gone = "; its chat is recorded as blocked for the bot" if decision.chat_gone else ""
+                log.warning(
+                    "outbox %s failed for good: %s%s", row.id, decision.error, gone, extra=about
+                )
             else:
                 self._total.retried += 1
                 # During a cut the bot's summary counts them (sends that were out when it

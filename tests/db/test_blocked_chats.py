@@ -326,3 +326,32 @@ def test_status_batch_and_show_tell_blocked_apart(
     assert code == 0
     assert "chat_blocked" in out
     assert "not sent: chat 31 is gone for this bot" in out and "no request was made" in out
+
+
+def test_a_group_moved_then_kicked_is_blocked_under_its_new_id(
+    engine: sa.Engine, db_url: str
+) -> None:
+    with engine.begin() as conn:
+        enqueue(conn, key="g", payload=text(-55, 1))
+    [row] = claim(db_url)
+    # The resend to the supergroup met "bot was kicked": both go in one write.
+    outcome = Outcome(
+        row.id,
+        row.attempts,
+        State.FAILED,
+        error="Telegram refused (403): Forbidden: bot was kicked from the supergroup chat",
+        error_code=FailureCode.FORBIDDEN,
+        claimed_at=row.claimed_at,
+        new_chat_id=-1000000000055,
+        chat_gone=True,
+    )
+    assert write(db_url, [outcome]) == 1
+    with engine.connect() as conn:
+        said = conn.execute(sa.text("SELECT xato FROM bloklangan")).scalar_one()
+    assert said == "Forbidden: bot was kicked from the supergroup chat"  # Telegram's words
+    assert pairs(engine) == [("", "-1000000000055", row.id)]
+    with engine.begin() as conn:
+        enqueue(conn, key="g2", payload=text(-1000000000055, 2))
+        enqueue(conn, key="old-id", payload=text(-55, 2))
+    assert rows(engine)["g2"] == ("xato", "chat_blocked")
+    assert rows(engine)["old-id"] == ("kutmoqda", None)

@@ -75,3 +75,5 @@ def test_blocked_then_unblocked_and_a_kicked_group(
     assert state(engine, "g5") == ("xato", "chat_blocked")  # the group is still gone
     assert requests_to(fake_telegram, GROUP) == 1
     assert relay.stop() == 0, relay.describe()
+    said = [line for line in relay.describe().splitlines() if "failed for good" in line]
+    assert len(said) == 2 and all("recorded as blocked" in line for line in said), said
