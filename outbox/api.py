@@ -8,6 +8,7 @@ The ``*_async`` twins take an ``AsyncSession`` or ``AsyncConnection`` (psycopg o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -349,14 +350,15 @@ async def update_pending_async(
 # Telegram's chat ids are whole numbers (at most 20 characters) and a channel's @username at
 # most 33: outbox_0016 keys a chat by its payload text, at most 64 characters.
 _MAX_CHAT_CHARS = 64
+_CHAT_ID = re.compile(r"-?[0-9]{1,20}")
 
 
 def chat_column(chat_id: object) -> str:
     """The ``suhbat`` of a chat id (a whole number, or a channel's ``@username``), or
     ``InvalidInput`` in one line."""
-    if isinstance(chat_id, str) and chat_id.lstrip("-").isdigit() and chat_id.isascii():
+    if isinstance(chat_id, str) and _CHAT_ID.fullmatch(chat_id):
         chat_id = int(chat_id)
-    if isinstance(chat_id, int) and not isinstance(chat_id, bool):
+    if isinstance(chat_id, int) and not isinstance(chat_id, bool) and abs(chat_id) < 10**20:
         return str(chat_id)
     if (
         isinstance(chat_id, str)

@@ -250,6 +250,9 @@ def test_outbox_chats_lists_and_unblocks(
         "chat 21 was not blocked for the rows naming no bot; nothing changed\n"
     )
     assert [p[1] for p in pairs(engine)] == ["-1001"]
+    code, out, _ = run(capsys, "chats", "--unblock", "-1001", "--bot", "555")  # a group's id
+    assert (code, out) == (0, "unblocked chat -1001 for bot 555: its next messages are sent\n")
+    assert pairs(engine) == []
 
 
 @pytest.mark.parametrize(
@@ -277,7 +280,19 @@ def test_outbox_chats_refuses_in_one_line(
 
 
 @pytest.mark.parametrize(
-    ("chat", "bot"), [(True, None), ("", None), ("abc", None), (None, None), (5, "12:token")]
+    ("chat", "bot"),
+    [
+        (True, None),
+        ("", None),
+        ("abc", None),
+        ("--5", None),
+        ("-", None),
+        ("@", None),
+        ("@two words", None),
+        (10**20, None),
+        (None, None),
+        (5, "12:token"),
+    ],
 )
 def test_unblock_chat_refuses_bad_input(engine: sa.Engine, chat: Any, bot: Any) -> None:
     with engine.begin() as conn, pytest.raises(InvalidInput) as refused:
