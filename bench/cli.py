@@ -12,6 +12,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from bench import (
+    blocked,
     bots,
     broadcast,
     db_path,
@@ -48,6 +49,7 @@ PARTS: dict[str, tuple[Part, str]] = {
     "migration": (migration.run, "12. the newest revision's lock beside 1,000,000 rows"),
     "quiet": (quiet.run, "13. quiet hours: none set, and 10,000 chats' rows held"),
     "paid": (paid.run, "14. paid broadcasts: --paid-rate-limit 400 and 1,000, 100 ms answers"),
+    "blocked": (blocked.run, "15. blocked chats: 20,000 messages, 400 of 2,000 chats blocked"),
 }
 RESULTS_DIR = Path("bench/results")
 

@@ -14,6 +14,8 @@ from outbox.api import (
     queue_status,
     replay,
     sent_keys,
+    unblock_chat,
+    unblock_chat_async,
     update_pending,
     update_pending_async,
 )
@@ -53,6 +55,8 @@ __all__ = [
     "sent_keys",
     "set_quiet_hours",
     "set_quiet_hours_async",
+    "unblock_chat",
+    "unblock_chat_async",
     "update_pending",
     "update_pending_async",
 ]

@@ -8,13 +8,15 @@ The ``*_async`` twins take an ``AsyncSession`` or ``AsyncConnection`` (psycopg o
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, Any
 
 from outbox import queries
-from outbox.errors import ConfigError, InvalidInput, InvalidPayload
+from outbox.errors import ConfigError, InvalidInput, InvalidPayload, Refused
+from outbox.ops.views.message import blocked_refusal
 from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, request_of
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.queries.pause import check_batch_name
@@ -38,6 +40,8 @@ __all__ = [
     "queue_status",
     "relays",
     "replay",
+    "unblock_chat",
+    "unblock_chat_async",
     "unserved_queues",
     "update_pending",
     "update_pending_async",
@@ -372,6 +376,65 @@ async def update_pending_async(
     return bool(await queries.run_async(conn, steps))
 
 
+# Telegram's chat ids are whole numbers (at most 20 characters) and a channel's @username at
+# most 33: outbox_0016 keys a chat by its payload text, at most 64 characters.
+_MAX_CHAT_CHARS = 64
+_CHAT_ID = re.compile(r"-?[0-9]{1,20}")
+
+
+def chat_column(chat_id: object) -> str:
+    """The ``suhbat`` of a chat id (a whole number, or a channel's ``@username``), or
+    ``InvalidInput`` in one line."""
+    if isinstance(chat_id, str) and _CHAT_ID.fullmatch(chat_id):
+        chat_id = int(chat_id)
+    if isinstance(chat_id, int) and not isinstance(chat_id, bool) and abs(chat_id) < 10**20:
+        return str(chat_id)
+    if (
+        isinstance(chat_id, str)
+        and chat_id.startswith("@")
+        and 1 < len(chat_id) <= _MAX_CHAT_CHARS
+        and chat_id.isprintable()
+        and " " not in chat_id
+    ):
+        return chat_id
+    raise InvalidInput(
+        f"chat_id takes a Telegram chat id (a whole number) or a channel's @username, "
+        f"got {chat_id!r:.80}"
+    )
+
+
+def unblock_chat(
+    conn: SyncConn, chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
+) -> bool:
+    """Let ``bot`` (its public id; None: the rows naming no bot) send to ``chat_id`` again, in
+    the caller's transaction; whether the chat was blocked.
+
+    A 403 that means the chat is gone for the bot (the person blocked it or deleted their
+    account, the bot was removed from the group) records the chat; later messages to it end
+    ``xato`` with the code ``chat_blocked`` without a request, until this is called (the
+    person sent /start or a message, the group added the bot back). Rows ended before stay
+    ended: ``replay`` sends them.
+    """
+    steps = queries.unblock_chat(
+        schema=resolve_schema(schema), bot=bot_column(bot), chat=chat_column(chat_id)
+    )
+    return bool(queries.run_sync(conn, steps))
+
+
+async def unblock_chat_async(
+    conn: AsyncAppConn,
+    chat_id: int | str,
+    *,
+    bot: int | str | None = None,
+    schema: str | None = None,
+) -> bool:
+    """``unblock_chat`` for an ``AsyncSession`` or ``AsyncConnection``."""
+    steps = queries.unblock_chat(
+        schema=resolve_schema(schema), bot=bot_column(bot), chat=chat_column(chat_id)
+    )
+    return bool(await queries.run_async(conn, steps))
+
+
 # --- the operator's actions (``outbox status``, ``list``, ``show`` and ``replay`` call these) --
 
 
@@ -462,11 +525,14 @@ def replay(
     ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue``,
     ``priority``, ``bot`` and ``failed_within_seconds``. A message whose key already has a
     sent marker is refused (``ReplayResult.replayed`` is False and ``marker`` says when it was
-    sent) unless ``force``.
+    sent) unless ``force``. A given id whose chat is gone for its bot refuses the call
+    (``Refused``, nothing replayed) until ``unblock_chat``; with ``ids=None`` such rows are
+    left out (``ReplayResult.blocked_chat`` names their chat).
     """
-    return queries.replay(
+    results = queries.replay(
         conn,
         ids,
+        all_or_none=True,
         schema=resolve_schema(schema),
         force=force,
         kind=kind,
@@ -475,6 +541,11 @@ def replay(
         priority=priority,
         bot=bot_column(bot),
     )
+    if ids is not None:
+        for result in results:
+            if result.blocked_chat is not None:
+                raise Refused(f"message {result.id} not replayed: {blocked_refusal(result)}")
+    return results
 
 
 # --- the fleet (``outbox relays``, ``outbox status``, the web page) ------------------------------

@@ -47,6 +47,9 @@ class Failure:
     maybe_delivered: bool = False  # the request may have reached Telegram (no answer came)
     new_chat_id: int | None = None
     code: FailureCode = FailureCode.TRANSIENT  # for xato_turi: what a program tests
+    # The chat is gone for this bot (blocked, deactivated, kicked): the relay records it, and
+    # later messages to it end without a request until the app unblocks it.
+    chat_gone: bool = False
 
     @property
     def answered(self) -> bool:
@@ -56,11 +59,24 @@ class Failure:
 
 # Telegram's 403 descriptions for a person who can no longer receive the bot's messages.
 _GONE = ("blocked by the user", "user is deactivated")
+# ... and for a group, supergroup or channel the bot was removed from. With _GONE, the chat is
+# gone for this bot until someone acts (unblocks, re-adds): the code stays forbidden.
+_REMOVED = (
+    "bot was kicked from the",  # group chat, supergroup chat, channel chat
+    "bot is not a member of the supergroup chat",
+    "bot is not a member of the channel chat",
+)
 
 
-def _forbidden(message: str) -> FailureCode:
+def _forbidden(message: str) -> Failure:
     lowered = message.lower()
-    return FailureCode.BLOCKED if any(s in lowered for s in _GONE) else FailureCode.FORBIDDEN
+    blocked = any(s in lowered for s in _GONE)
+    return Failure(
+        FailureKind.PERMANENT,
+        f"Telegram refused (403): {message}",
+        code=FailureCode.BLOCKED if blocked else FailureCode.FORBIDDEN,
+        chat_gone=blocked or any(s in lowered for s in _REMOVED),
+    )
 
 
 # 400 descriptions by what they mean (substrings, lower case). Telegram's own words; a multisend
@@ -229,9 +245,7 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
             code=FailureCode.BAD_REQUEST,
         )
     if isinstance(err, tg.Forbidden):
-        return Failure(
-            FailureKind.PERMANENT, f"Telegram refused (403): {message}", code=_forbidden(message)
-        )
+        return _forbidden(message)
     if isinstance(err, tg.BadRequest):
         return _bad_request_failure(err, message, method)
     if isinstance(err, tg.TimedOut):

@@ -14,7 +14,17 @@ import os
 import sys
 from collections.abc import Sequence
 
-from outbox.commands import dev_db, fake_telegram, fleet, maintenance, operator, pause, relay, web
+from outbox.commands import (
+    chats,
+    dev_db,
+    fake_telegram,
+    fleet,
+    maintenance,
+    operator,
+    pause,
+    relay,
+    web,
+)
 from outbox.commands.options import (
     Commands,
     Handler,
@@ -45,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     maintenance.register_migrate(commands)
     relay.register(commands)
     operator.register(commands)
+    chats.register(commands)
     fleet.register(commands)
     pause.register(commands)
     maintenance.register(commands)

@@ -52,6 +52,7 @@ class Decision:
     delay_seconds: float | None = None  # kutmoqda: due in this long; None keeps its time
     error: str | None = None
     code: FailureCode | None = None  # xato_turi, with ``error``
+    chat_gone: bool = False  # record the row's chat as gone for its bot (outbox_0017)
 
 
 def expiry(now: float, row: RowFacts) -> Decision | None:
@@ -84,7 +85,9 @@ def decide(policy: RetryPolicy, now: float, row: RowFacts, failure: Failure) -> 
         return hand_back(now, row)
     n = row.attempts
     if failure.kind is FailureKind.PERMANENT:
-        return Decision(State.FAILED, n, None, failure.reason, failure.code)
+        return Decision(
+            State.FAILED, n, None, failure.reason, failure.code, chat_gone=failure.chat_gone
+        )
     if n >= policy.max_attempts:
         reason = f"{failure.reason} (gave up after {n} attempts)"
         return Decision(State.FAILED, n, None, reason, FailureCode.TOO_MANY_ATTEMPTS)

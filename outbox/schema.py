@@ -51,6 +51,7 @@ KNOWN_REVISIONS = (  # oldest first
     "outbox_0014",
     "outbox_0015",
     "outbox_0016",
+    "outbox_0017",
     "outbox_0018",
     "outbox_0019",
 )

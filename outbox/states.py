@@ -44,3 +44,6 @@ class FailureCode(StrEnum):
     # pending delete of its message (outbox_0016). Its row is bajarildi, without a request, and
     # oxirgi_xato names the row that superseded it.
     SUPERSEDED = "superseded"
+    # Not sent, no request made: the chat is known to be gone for the bot (an earlier 403
+    # blocked/deactivated/kicked recorded it in bloklangan, outbox_0017) until unblock_chat.
+    CHAT_BLOCKED = "chat_blocked"

@@ -31,7 +31,14 @@ from sqlalchemy.orm import Session
 from telegram import BotCommand, CallbackQuery, Update
 from telegram import error as tg
 from telegram.constants import ParseMode
-from telegram.ext import Application, CallbackQueryHandler, ContextTypes, MessageHandler, filters
+from telegram.ext import (
+    Application,
+    CallbackQueryHandler,
+    ChatMemberHandler,
+    ContextTypes,
+    MessageHandler,
+    filters,
+)
 
 from outbox.db import create_engine
 from outbox.redact import redact, register_secret
@@ -137,6 +144,8 @@ class _Handlers:
         if command and command not in _TRACED_COMMANDS:
             command = "/other"  # a span's name comes from a short list, never from input
         kind = "button" if update.callback_query else (command or "message")
+        if update.my_chat_member is not None:
+            kind = "membership"
         attributes: dict[str, str | int] = {
             "telegram.update_id": update.update_id,
             "vazifalar.update": kind,
@@ -192,6 +201,16 @@ class _Handlers:
         if outcome.edit is not None:
             edit = fit_html(outcome.edit)
             await _quietly(query.edit_message_text(edit, parse_mode=ParseMode.HTML))
+
+    async def on_membership(self, update: Update, _context: ContextTypes.DEFAULT_TYPE) -> None:
+        """The bot was unblocked or added back to a group (or blocked, removed): the outbox
+        may send to the chat again in the first case."""
+        change, incoming = update.my_chat_member, self._incoming(update)
+        if change is None or incoming is None:
+            return
+        status = change.new_chat_member.status
+        if await self._handle(lambda s: chat.handle_membership(s, incoming, status), update):
+            log.info("chat %s: the bot may write there again (%s)", incoming.chat_id, status)
 
     async def on_error(self, update: object, context: ContextTypes.DEFAULT_TYPE) -> None:
         """The last resort: an update whose handler failed unexpectedly is logged, and the
@@ -282,6 +301,7 @@ def build_application(
         )
     )
     app.add_handler(CallbackQueryHandler(handlers.on_button))
+    app.add_handler(ChatMemberHandler(handlers.on_membership, ChatMemberHandler.MY_CHAT_MEMBER))
     app.add_error_handler(handlers.on_error)
     return app
 
@@ -295,7 +315,8 @@ def run_bot(config: BotConfig) -> None:
     engine = create_engine(config.database_url, pool_pre_ping=True)
     try:
         app = build_application(config, engine, tracer_provider)
-        allowed = [Update.MESSAGE, Update.CALLBACK_QUERY]
+        # my_chat_member: the person unblocked the bot, a group added it back (chat.py).
+        allowed = [Update.MESSAGE, Update.CALLBACK_QUERY, Update.MY_CHAT_MEMBER]
         if config.webhook_url:
             app.run_webhook(
                 listen=config.webhook_listen,

@@ -147,11 +147,33 @@ def handle_text(session: Session, incoming: Incoming, text: str) -> bool:
     In a group only commands get an answer: a bot that may read every message of a group must
     not answer each of them.
     """
+    heard_from(session, incoming)
     if not incoming.private and not text.startswith("/"):
         return True
     if not _claim(session, incoming):
         return False
     _reply(session, incoming, _answer_text(session, incoming, text))
+    return True
+
+
+def heard_from(session: Session, incoming: Incoming) -> None:
+    """The chat wrote to the bot (or pressed its button): it is no longer blocked, whatever an
+    earlier 403 recorded, so the outbox may send to it again (the reply first of all)."""
+    outbox.unblock_chat(session, incoming.chat_id)
+
+
+# The bot's statuses in a chat that let it write there again: a person unblocked it, a group
+# added it back.
+_PRESENT = frozenset({"member", "administrator", "creator"})
+
+
+def handle_membership(session: Session, incoming: Incoming, status: str) -> bool:
+    """The bot's own membership of a chat changed (``my_chat_member``): unblocked or re-added,
+    the outbox may send there again; whether it may. A block or a removal is left to the
+    outbox, which learns it from Telegram's 403 at the next message."""
+    if status not in _PRESENT:
+        return False
+    outbox.unblock_chat(session, incoming.chat_id)
     return True
 
 
@@ -162,6 +184,7 @@ def handle_failure(session: Session, incoming: Incoming, text: str) -> bool:
         return True
     if not _claim(session, incoming):
         return False
+    heard_from(session, incoming)
     _reply(session, incoming, APOLOGY)
     return True
 
@@ -355,6 +378,7 @@ def handle_button(
     """
     if not _claim(session, incoming):
         return None
+    heard_from(session, incoming)
     parsed = parse_button(data)
     if parsed is None:
         return ButtonOutcome("Bu tugma eskirgan.", None)

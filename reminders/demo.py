@@ -10,15 +10,19 @@ the bot (``reminders.demo_bot``).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import secrets
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import psycopg
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+import outbox
 from outbox.config import RelayConfig
 from outbox.db import create_engine, with_database
 from outbox.embedded import embedded_url
@@ -26,7 +30,7 @@ from outbox.redact import configure_logging
 from outbox.relay import Relay
 from outbox.telegram import TelegramSender
 from outbox_testing.fake_telegram import FakeTelegram, Fault
-from reminders import service
+from reminders import chat, service
 from reminders.demo_bot import run_conversation
 from reminders.migrate import migrate_all
 
@@ -134,14 +138,67 @@ def _print_outbox(url: str) -> list[int]:
     return [int(r[0]) for r in rows if r[2] == "xato"]
 
 
-def _replay(url: str, failed: list[int]) -> None:
-    """What an operator types, through the real command line."""
+def _command(url: str, *argv: str) -> None:
+    """What an operator types, through the real command line (its complaints shown too)."""
     from outbox.cli import main  # noqa: PLC0415 - the demo drives the CLI like a person would
 
-    ids = [str(i) for i in failed]
-    print(f"\n$ outbox replay {' '.join(ids)}")
-    main(["--log-level", "ERROR", "replay", *ids, "--database-url", url])
+    print(f"\n$ outbox {' '.join(argv)}")
+    with contextlib.redirect_stderr(sys.stdout):
+        main(["--log-level", "ERROR", *argv, "--database-url", url])
     configure_logging(logging.ERROR)
+
+
+def _broadcast(url: str, chats: dict[str, int]) -> list[int]:
+    """A news message to every user, as one batch; the ids of its rows."""
+    engine = create_engine(url)
+    with Session(engine) as session, session.begin():
+        news = "Yangilik: vazifalar endi guruhlarda ham ishlaydi"
+        outbox.enqueue_many(
+            session,
+            [(f"yangilik-{c}", {"chat_id": c, "text": news}) for c in chats.values()],
+            batch="yangilik",
+        )
+    with Session(engine) as session:
+        ids = session.scalars(
+            sa.text("SELECT id FROM outbox WHERE partiya = 'yangilik' ORDER BY id")
+        ).all()
+    engine.dispose()
+    return [int(i) for i in ids]
+
+
+def _dilnoza_starts(url: str, token: str, chat_id: int) -> None:
+    """Dilnoza sends /start, handled as the bot handles it (reminders.chat)."""
+    engine = create_engine(url)
+    incoming = chat.Incoming(
+        bot_id=int(token.split(":", 1)[0]),
+        update_id=1,
+        chat_id=chat_id,
+        private=True,
+        first_name="Dilnoza",
+    )
+    with Session(engine) as session, session.begin():
+        chat.handle_text(session, incoming, "/start")
+    engine.dispose()
+
+
+def _blocked_story(url: str, token: str, fake: FakeTelegram, chats: dict[str, int]) -> None:
+    """Dilnoza blocked the bot: the outbox asks her chat no more, until she unblocks it."""
+    started = time.time()
+    _command(url, "chats", "--blocked")
+    print("\nA news message to all three users (one batch): her copy is not sent, no request:")
+    news = _broadcast(url, chats)
+    before = len(fake.delivered)
+    asyncio.run(_relay_until_settled(url, token, fake))
+    _print_deliveries(fake, started, chats, skip=before)
+    _print_outbox(url)
+    _command(url, "replay", str(news[-1]))
+    print("\nDilnoza unblocks the bot and sends /start: the bot calls outbox.unblock_chat,")
+    print("welcomes her back and enqueues her reminder again; the operator replays her news:")
+    _dilnoza_starts(url, token, chats["Dilnoza"])
+    _command(url, "replay", str(news[-1]))
+    before = len(fake.delivered)
+    asyncio.run(_relay_until_settled(url, token, fake))
+    _print_deliveries(fake, started, chats, skip=before)
 
 
 def run_demo() -> int:
@@ -164,11 +221,8 @@ def run_demo() -> int:
         failed = _print_outbox(url)
         print("(The completed task 'Non olish' has no reminder: completing it withdrew it.)")
         if failed:
-            print("\nDilnoza unblocks the bot, and an operator sends her reminder again:")
-            _replay(url, failed)
-            before = len(fake.delivered)
-            asyncio.run(_relay_until_settled(url, token, fake))
-            _print_deliveries(fake, started, chats, skip=before)
+            print("\nDilnoza blocked the bot; the outbox remembers her chat:")
+            _blocked_story(url, token, fake, chats)
             print("\nThe outbox at the end:")
             _print_outbox(url)
         print("\nA conversation with the vazifalar bot (`reminders bot`); its replies go out")

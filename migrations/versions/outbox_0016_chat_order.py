@@ -3,7 +3,7 @@ claim probes for "an earlier message of this chat still to be sent"; edits super
 newer one.
 
 Revision ID: outbox_0016
-Revises: outbox_0014
+Revises: outbox_0015
 Create Date: 2026-12-02
 
 ``tartib`` is the moment a row was first due (its ``keyingi_urinish`` at insert): retries, the

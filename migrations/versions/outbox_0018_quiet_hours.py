@@ -3,7 +3,7 @@
 due before its chat's quiet hours held it.
 
 Revision ID: outbox_0018
-Revises: outbox_0016
+Revises: outbox_0017
 Create Date: 2026-12-02
 
 ``tinch_soatlar`` holds one (bot, chat) pair's hours: ``boshi`` and ``oxiri`` as wall-clock
@@ -35,7 +35,7 @@ from alembic import op
 from outbox.migrate import revision_comment, target_schema
 
 revision = "outbox_0018"
-down_revision = "outbox_0016"
+down_revision = "outbox_0017"
 branch_labels = None
 depends_on = None
 

@@ -50,17 +50,20 @@ from outbox.queries import (
 from outbox.queries import pause as _pause
 from outbox.queries import resume as _resume
 from outbox.queries._common import Reading, operation
+from outbox.queries.chats import BlockedChat, blocked_chats, unblock
 from outbox.queries.pause import check_batch_name, check_name
 from outbox.schema import validate_queue
 from outbox.states import State
 
 __all__ = [
+    "BlockedChat",
     "FrontPage",
     "Overview",
     "StatusReport",
     "batch",
     "batch_report",
     "batch_report_async",
+    "blocked_chats",
     "cancel_message",
     "connect",
     "connect_async",
@@ -79,6 +82,7 @@ __all__ = [
     "resume_paid_lane",
     "search_messages",
     "status",
+    "unblock",
 ]
 
 

@@ -41,7 +41,7 @@ from outbox.queries._common import (
 # here, as before, though not part of __all__.
 from outbox.queries._common import AsyncConn as AsyncConn
 from outbox.queries._common import Steps as Steps
-from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
+from outbox.queries.app import Lane, cancel, enqueue, sent_keys, unblock_chat, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.claim import (
     ClaimedRow,
@@ -192,6 +192,7 @@ __all__ = [
     "still_claimed",
     "stop_paid_lane",
     "try_maintenance_lock",
+    "unblock_chat",
     "unpaused_lag",
     "unserved_queues",
     "update_pending",

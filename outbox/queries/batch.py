@@ -90,6 +90,7 @@ class BatchProgress:
     paused_by: tuple[Pause, ...] = ()  # the pauses that hold its rows
     paid: int = 0  # rows sent with allow_paid_broadcast (the paid lane)
     paid_sent: int = 0  # of those, bajarildi: each may have cost 0.1 Star
+    chat_blocked: int = 0  # of the failed: not sent, the chat is gone for the bot (bloklangan)
 
     @property
     def finished(self) -> bool:
@@ -139,6 +140,7 @@ def batch_progress(name: str, pauses: Sequence[Pause], *, schema: str) -> Readin
         sent=int(r.sent),
         failed=int(r.failed),
         cancelled=int(r.cancelled),
+        chat_blocked=int(r.chat_blocked),
         sending=sending,
         waiting=waiting,
         paused=paused,

@@ -219,6 +219,10 @@ class ReplayResult:
     original: str | None = None
     original_state: str | None = None
     superseded: bool = False  # done without a request: a newer edit or a delete made it pointless
+    # Refused because its chat is gone for its bot (bloklangan) until unblocked: the chat, and
+    # the row's bot (None: the rows naming none).
+    blocked_chat: str | None = None
+    bot: str | None = None
 
 
 @operation
@@ -232,9 +236,12 @@ def replay(
     queue: str | None = None,
     priority: int | None = None,
     bot: str | None = None,
+    all_or_none: bool = False,
 ) -> Reading[list[ReplayResult]]:
     """Move failed rows back to the queue: the given ids, or (``ids=None``) every xato row
-    matching the filters. A row whose key has a sent marker is refused unless ``force``."""
+    matching the filters. A row whose key has a sent marker is refused unless ``force``; a
+    row whose chat is gone for its bot (``bloklangan``) is refused until the chat is
+    unblocked, and with ``all_or_none`` (given ids only) then none goes back."""
     wanted = None if ids is None else list(dict.fromkeys(ids))
     params = {
         "ids": wanted,
@@ -264,7 +271,14 @@ def replay(
         and row.original_state not in ("sent", State.PENDING, State.IN_PROGRESS)
         and row.original not in replaying
     }
-    accepted = [row_id for row_id in accepted if row_id not in stranded]
+    blocked = {
+        int(row.id): (row.blocked_chat, row.bot)
+        for row in found
+        if row.blocked_chat and row.state == State.FAILED
+    }
+    accepted = [row_id for row_id in accepted if row_id not in stranded and row_id not in blocked]
+    if all_or_none and ids is not None and any(row_id in blocked for row_id in wanted):
+        accepted = []  # the API's replay: a refused chat refuses the call (outbox.api.replay)
     replayed: set[int] = set()
     if accepted:
         params = {"ids": accepted, "force": force, "channel": notify_channel(schema)}
@@ -273,6 +287,7 @@ def replay(
     for row_id in wanted:
         state, marker = seen.get(row_id, (None, None))
         original, original_state = stranded.get(row_id, (None, None))
+        blocked_chat, row_bot = blocked.get(row_id, (None, None))
         results.append(
             ReplayResult(
                 row_id,
@@ -282,6 +297,8 @@ def replay(
                 original,
                 original_state,
                 superseded=row_id in superseded,
+                blocked_chat=blocked_chat,
+                bot=row_bot,
             )
         )
     return results

@@ -40,6 +40,7 @@ class Outcome(NamedTuple):
     # back); the claim time cannot, so a stale relay's write never matches a newer claim.
     claimed_at: datetime | None = None
     message_ids: tuple[int, ...] = ()  # an album's messages, for its marker
+    chat_gone: bool = False  # record the row's (bot, chat) in bloklangan, with ``error``
 
     @classmethod
     def for_row(cls, row: ClaimedRow, state: str, **details: Any) -> Outcome:
@@ -77,6 +78,8 @@ def _outcome_fields(o: Outcome) -> dict[str, Any]:
     if o.error is not None:
         fields["xato"] = o.error
         fields["xato_turi"] = o.error_code
+        if o.chat_gone:
+            fields["gone"] = True
     if o.key is not None:
         fields["kalit"] = o.key
     if o.message_id is not None:

@@ -54,6 +54,7 @@ class LaneFigures:
     windowed: int = 0  # pending rows with a delivery window (eng_erta set)
     expiring: int = 0  # pending rows whose eskirish is within EXPIRING_WITHIN (or passed)
     expired: int = 0  # xato rows whose expiry passed before they could be sent
+    chat_blocked: int = 0  # xato rows not sent: their chat is gone for the bot (bloklangan)
 
     @property
     def prioritised(self) -> bool:
@@ -152,10 +153,11 @@ def queue_status(
 def lane_figures(*, schema: str, queue: str | None = None) -> Reading[LaneFigures]:
     """Priorities, windows and expiry of every queue's rows, or of ``queue``'s."""
     due: dict[int, int] = {}
-    windowed = expiring = expired = 0
+    windowed = expiring = expired = chat_blocked = 0
     for row in (yield "lane_figures", schema, {"navbat": queue, "within": EXPIRING_WITHIN}):
         if row.priority is None:  # the failed rows' part
             expired += int(row.expired)
+            chat_blocked += int(row.chat_blocked)
             continue
         if row.due:
             due[int(row.priority)] = int(row.due)
@@ -166,6 +168,7 @@ def lane_figures(*, schema: str, queue: str | None = None) -> Reading[LaneFigure
         windowed=windowed,
         expiring=expiring,
         expired=expired,
+        chat_blocked=chat_blocked,
     )
 
 

@@ -476,7 +476,10 @@ class SendPool:
             about = _about(row)
             if decision.state is State.FAILED:
                 self._total.failed += 1
-                log.warning("outbox %s failed for good: %s", row.id, decision.error, extra=about)
+                gone = "; its chat is recorded as blocked for the bot" if decision.chat_gone else ""
+                log.warning(
+                    "outbox %s failed for good: %s%s", row.id, decision.error, gone, extra=about
+                )
             else:
                 self._total.retried += 1
                 # During a cut the bot's summary counts them (sends that were out when it
@@ -498,6 +501,7 @@ class SendPool:
                 error=decision.error,
                 error_code=decision.code,
                 new_attempts=decision.attempts,
+                chat_gone=decision.chat_gone,
                 # A group that moved stays moved, whatever happened to the resend.
                 new_chat_id=self._moved.get(id(row)),
             ),

@@ -53,6 +53,7 @@ TABLES = (
     "relaylar",
     "pauza",
     "tinch_soatlar",
+    "bloklangan",
 )
 
 _NAME_LINE = re.compile(r"^--\s*name:\s*(\w+)\s*$", re.MULTILINE)

@@ -69,3 +69,9 @@ WHERE kalit = :kalit AND holat IN ('kutmoqda', 'bajarilmoqda', 'xato');
 -- name: sent_keys
 -- A message the outbox sent has a sent marker: a follow-up (an edit, a delete) can act on it.
 SELECT kalit FROM yuborilgan WHERE kalit = ANY(CAST(:keys AS text[]));
+
+-- name: unblock_chat
+-- The chat may be sent to again by the bot (:bot '' for the rows naming none): the app learned
+-- that the person unblocked it or the group added it back. Rows ended before stay ended.
+DELETE FROM bloklangan WHERE bot = :bot AND suhbat = :suhbat
+RETURNING suhbat;

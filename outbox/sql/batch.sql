@@ -9,6 +9,7 @@ SELECT count(*) AS total,
        count(*) FILTER (WHERE holat = 'bajarildi') AS sent,
        count(*) FILTER (WHERE holat = 'xato') AS failed,
        count(*) FILTER (WHERE holat = 'xato' AND xato_turi = 'cancelled') AS cancelled,
+       count(*) FILTER (WHERE holat = 'xato' AND xato_turi = 'chat_blocked') AS chat_blocked,
        count(*) FILTER (WHERE holat = 'bajarilmoqda') AS sending,
        count(*) FILTER (WHERE holat = 'kutmoqda' AND (CAST(:batch_paused AS boolean)
                         OR navbat = ANY(CAST(:queues AS text[]))

@@ -46,7 +46,8 @@ LIMIT :limit;
 -- rows waits here, then finds them pending and is refused); id order avoids deadlocks between
 -- two bulk replays. The rows are the given :ids, or with :ids NULL every xato row the filters
 -- match. A follow-up's original (payload.message_key) is 'sent' when its marker exists, else
--- its row's state, NULL when no message has the key.
+-- its row's state, NULL when no message has the key. A row whose chat is gone for its bot
+-- (bloklangan) says which.
 SELECT o.id AS id, o.holat AS state, o.kalit AS key,
        o.holat = 'bajarildi' AND o.xato_turi IS NOT DISTINCT FROM 'superseded' AS superseded,
        y.chat_id AS marker_chat_id, y.message_id AS marker_message_id,
@@ -55,8 +56,11 @@ SELECT o.id AS id, o.holat AS state, o.kalit AS key,
        CASE WHEN o.payload ? 'message_key' THEN coalesce(
            (SELECT 'sent' FROM yuborilgan w WHERE w.kalit = o.payload ->> 'message_key'),
            (SELECT w.holat FROM outbox w WHERE w.kalit = o.payload ->> 'message_key'))
-       END AS original_state
+       END AS original_state,
+       -- Its chat, when the chat is gone for its bot (bloklangan): refused until unblocked.
+       b.suhbat AS blocked_chat, o.bot AS bot
 FROM outbox o LEFT JOIN yuborilgan y ON y.kalit = o.kalit
+     LEFT JOIN bloklangan b ON b.bot = coalesce(o.bot, '') AND b.suhbat = o.suhbat
 WHERE CASE WHEN CAST(:ids AS bigint[]) IS NOT NULL THEN o.id = ANY(CAST(:ids AS bigint[]))
       ELSE o.holat = 'xato'
            AND (CAST(:tur AS text) IS NULL OR o.tur = CAST(:tur AS text))
@@ -213,3 +217,12 @@ WHERE m.tinch_oldin IS NOT NULL AND m.keyingi_urinish > now()
 UNION ALL
 SELECT 'due', NULL, NULL, CASE WHEN isfinite(m.keyingi_urinish) THEN m.keyingi_urinish END, NULL
 FROM m WHERE m.eng_erta IS NULL AND m.keyingi_urinish > now() AND m.tinch_oldin IS NULL
+
+-- name: blocked_chats
+-- The chats gone for a bot (bloklangan), newest first; :bot NULL: of every bot ('' is the rows
+-- naming none).
+SELECT b.bot AS bot, b.suhbat AS chat, b.vaqt AS since, b.xato AS said, b.manba AS learned_from
+FROM bloklangan b
+WHERE CAST(:bot AS text) IS NULL OR b.bot = CAST(:bot AS text)
+ORDER BY b.vaqt DESC, b.bot, b.suhbat
+LIMIT :limit;

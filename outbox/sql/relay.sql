@@ -12,12 +12,13 @@ INSERT INTO bot_holati (bot) VALUES (:bot) ON CONFLICT (bot) DO NOTHING;
 -- written even then: the message did reach Telegram, and the marker stops the new owner from
 -- sending it again. Every value written comes from the retry policy (outbox.retry): urinish
 -- (an attempt not counted is one less), the delay (NULL: the row keeps its time, so it keeps
--- its place in line).
+-- its place in line). A chat gone for the bot (blocked, kicked) is recorded in the same
+-- statement (bloklangan, outbox_0017).
 WITH r AS (
     SELECT * FROM json_to_recordset(CAST(:batch AS json))
         AS r(id bigint, urinish int, attempts int, holat text, delay float8, xato text,
              xato_turi text, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
-             band_vaqti timestamptz, message_ids bigint[])
+             band_vaqti timestamptz, message_ids bigint[], gone boolean)
     -- The batch's own length cuts nothing; it tells the planner how few rows come.
     LIMIT :count
 ),
@@ -25,6 +26,18 @@ markers AS (
     INSERT INTO yuborilgan (kalit, chat_id, message_id, message_ids)
     SELECT kalit, chat_id, message_id, message_ids FROM r WHERE message_id IS NOT NULL
     ON CONFLICT (kalit) DO NOTHING
+),
+gone AS (
+    -- A 403 that means the chat is gone for the bot (outbox.classify): the pair is recorded,
+    -- fenced as the state change is, and its trigger ends the pair's waiting rows.
+    INSERT INTO bloklangan (bot, suhbat, xato, manba)
+    SELECT coalesce(o.bot, ''), coalesce(r.new_chat_id::text, o.suhbat),
+           regexp_replace(coalesce(r.xato, ''), '^Telegram refused \(403\): ', ''), o.id
+    FROM r JOIN outbox o ON o.id = r.id
+    WHERE r.gone AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
+      AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
+      AND coalesce(r.new_chat_id::text, o.suhbat) IS NOT NULL
+    ON CONFLICT (bot, suhbat) DO NOTHING
 )
 UPDATE outbox o
 SET holat = r.holat,
@@ -57,13 +70,25 @@ WITH r AS (
     SELECT * FROM json_to_recordset(CAST(:batch AS json))
         AS r(id bigint, urinish int, attempts int, holat text, delay float8, xato text,
              xato_turi text, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
-             band_vaqti timestamptz, message_ids bigint[])
+             band_vaqti timestamptz, message_ids bigint[], gone boolean)
     LIMIT :count
 ),
 markers AS (
     INSERT INTO yuborilgan (kalit, chat_id, message_id, message_ids)
     SELECT kalit, chat_id, message_id, message_ids FROM r WHERE message_id IS NOT NULL
     ON CONFLICT (kalit) DO NOTHING
+),
+gone AS (
+    -- A 403 that means the chat is gone for the bot (outbox.classify): the pair is recorded,
+    -- fenced as the state change is, and its trigger ends the pair's waiting rows.
+    INSERT INTO bloklangan (bot, suhbat, xato, manba)
+    SELECT coalesce(o.bot, ''), coalesce(r.new_chat_id::text, o.suhbat),
+           regexp_replace(coalesce(r.xato, ''), '^Telegram refused \(403\): ', ''), o.id
+    FROM r JOIN outbox o ON o.id = r.id
+    WHERE r.gone AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
+      AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
+      AND coalesce(r.new_chat_id::text, o.suhbat) IS NOT NULL
+    ON CONFLICT (bot, suhbat) DO NOTHING
 )
 UPDATE outbox o
 SET holat = r.holat,

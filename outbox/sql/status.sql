@@ -73,20 +73,22 @@ GROUP BY navbat
 ORDER BY navbat;
 
 -- name: lane_figures
--- Priorities, windows and expiry in one statement: the pending rows read once through their
+-- Priorities, windows, expiry and blocked chats in one statement: the pending rows read once through their
 -- partial index, the failed ones through theirs (the row with a NULL priority).
 SELECT ustuvorlik AS priority,
        count(*) FILTER (WHERE keyingi_urinish <= now()) AS due,
        count(*) FILTER (WHERE eng_erta IS NOT NULL) AS windowed,
        count(*) FILTER (WHERE eskirish <= now() + make_interval(secs => :within)) AS expiring,
-       0::bigint AS expired
+       0::bigint AS expired, 0::bigint AS chat_blocked
 FROM outbox
 WHERE holat = 'kutmoqda' AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text))
 GROUP BY ustuvorlik
 UNION ALL
-SELECT NULL, 0, 0, 0, count(*)
+-- Failed rows never sent: expired, or their chat gone for the bot (outbox_0017).
+SELECT NULL, 0, 0, 0, count(*) FILTER (WHERE xato_turi = 'expired'),
+       count(*) FILTER (WHERE xato_turi = 'chat_blocked')
 FROM outbox
-WHERE holat = 'xato' AND xato_turi = 'expired'
+WHERE holat = 'xato' AND xato_turi IN ('expired', 'chat_blocked')
   AND (CAST(:navbat AS text) IS NULL OR navbat = CAST(:navbat AS text));
 
 -- name: list_relays

@@ -272,7 +272,8 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
         m=message,
         notice=None,
         refused=message_view.replay_refusal(result, force_hint=False),
-        can_force=result.state == State.FAILED,
+        # --force resends a sent message; it cannot reach a chat that blocked the bot.
+        can_force=result.state == State.FAILED and result.blocked_chat is None,
     )
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
 import re
 import secrets
 import threading
@@ -43,6 +44,13 @@ class _People:
         self.edits: list[Edited] = []
         self.webhook_url = ""
         self.webhook_secret: str | None = None
+        # The bot's allowed_updates (getUpdates, setWebhook), kept until it names others, as
+        # Telegram does; None: every kind. Updates of another kind are dropped, never offered.
+        self.allowed: frozenset[str] | None = None
+
+    def drop_unwanted(self) -> None:
+        if self.allowed is not None:
+            self.updates[:] = [u for u in self.updates if _kind_of(u) in self.allowed]
 
 
 def _person(user_id: int, first_name: str) -> dict[str, Any]:
@@ -54,6 +62,42 @@ def _chat(chat_id: int, first_name: str = "") -> dict[str, Any]:
         return {"id": chat_id, "first_name": first_name or f"User {chat_id}", "type": "private"}
     kind = "supergroup" if str(chat_id).startswith("-100") else "group"
     return {"id": chat_id, "title": f"Group {chat_id}", "type": kind}
+
+
+def _member(user: dict[str, Any], status: str) -> dict[str, Any]:
+    member: dict[str, Any] = {"user": user, "status": status}
+    if status == "kicked":
+        member["until_date"] = 0
+    if status == "administrator":
+        member.update(
+            can_be_edited=False,
+            can_manage_chat=True,
+            can_change_info=False,
+            can_delete_messages=False,
+            can_invite_users=False,
+            can_restrict_members=False,
+            can_pin_messages=False,
+            can_promote_members=False,
+            can_manage_video_chats=False,
+            is_anonymous=False,
+            can_post_stories=False,
+            can_edit_stories=False,
+            can_delete_stories=False,
+        )
+    return member
+
+
+def _kind_of(update: dict[str, Any]) -> str:
+    return next(key for key in update if key != "update_id")
+
+
+def _allowed(value: Any) -> frozenset[str] | None:
+    """A request's allowed_updates (a JSON list, as python-telegram-bot sends it); None: the
+    request names none, and the bot's earlier choice holds."""
+    if value is None or value == "":
+        return None
+    kinds = json.loads(value) if isinstance(value, str) else value
+    return frozenset(str(k) for k in kinds)
 
 
 def _flag(value: Any) -> bool:
@@ -169,6 +213,23 @@ class _PeopleSide:
             self._add_update({"callback_query": query})
             return query_id
 
+    def post_my_chat_member(
+        self, chat_id: int, *, old: str, new: str, first_name: str = "Aziza"
+    ) -> int:
+        """The bot's own membership in ``chat_id`` changed from ``old`` to ``new`` (a status:
+        ``kicked`` when a person blocks the bot, ``member`` when they unblock it; ``left`` or
+        ``kicked``, then ``member`` or ``administrator``, in a group). Returns the update id."""
+        bot = {"id": 1, "is_bot": True, "first_name": "Bot", "username": "fake_bot"}
+        with self._lock:
+            change = {
+                "chat": _chat(chat_id, first_name),
+                "from": _person(chat_id if chat_id > 0 else 1, first_name),
+                "date": int(time.time()),
+                "old_chat_member": _member(bot, old),
+                "new_chat_member": _member(bot, new),
+            }
+            return self._add_update({"my_chat_member": change})
+
     def posted_updates(self) -> list[dict[str, Any]]:
         """Every update posted so far (messages and button presses), oldest first."""
         with self._lock:
@@ -212,6 +273,10 @@ class _PeopleSide:
                     "Conflict: can't use getUpdates method while webhook is active; "
                     "use deleteWebhook to delete the webhook first",
                 )
+            allowed = _allowed(params.get("allowed_updates"))
+            if allowed is not None:
+                self._people.allowed = allowed or None  # []: every kind again
+            self._people.drop_unwanted()
             updates = self._people.updates
             if offset < 0:
                 del updates[: max(0, len(updates) + offset)]
@@ -220,6 +285,7 @@ class _PeopleSide:
         deadline = time.monotonic() + timeout
         while True:
             with self._lock:
+                self._people.drop_unwanted()
                 batch = list(self._people.updates[:limit])
             if batch or time.monotonic() >= deadline or self._runner is None:
                 return _ok(batch)
@@ -280,6 +346,9 @@ class _PeopleSide:
         with self._lock:
             self._people.webhook_url = url
             self._people.webhook_secret = params.get("secret_token") or None
+            allowed = _allowed(params.get("allowed_updates"))
+            if allowed is not None:
+                self._people.allowed = allowed or None
             if _flag(params.get("drop_pending_updates")):
                 self._people.updates.clear()
         if url and self._loop_task is None:
@@ -311,6 +380,7 @@ class _PeopleSide:
             while self._runner is not None:
                 with self._lock:
                     url, secret = self._people.webhook_url, self._people.webhook_secret
+                    self._people.drop_unwanted()
                     update = self._people.updates[0] if self._people.updates else None
                 if not url or update is None:
                     await asyncio.sleep(0.02)

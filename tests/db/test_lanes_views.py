@@ -135,6 +135,7 @@ def test_a_plain_outbox_shows_none_of_the_lanes(
         "windowed": 0,
         "expiring_within_hour": 0,
         "expired": 0,
+        "chat_blocked": 0,
     }
     overview = page.get("/part/overview")
     assert overview.status == 200 and "data-lane" not in overview.body
@@ -280,6 +281,7 @@ def test_status_gives_the_lanes_figures_of_all_queues_or_of_one(
         "windowed": 1,
         "expiring_within_hour": 1,
         "expired": 1,
+        "chat_blocked": 0,
     }
     code, out, _ = run_cli(capsys, "status", "--queue", "bot2", "--json")
     assert code == 0
@@ -288,6 +290,7 @@ def test_status_gives_the_lanes_figures_of_all_queues_or_of_one(
         "windowed": 0,
         "expiring_within_hour": 0,
         "expired": 0,
+        "chat_blocked": 0,
     }
     code, out, _ = run_cli(capsys, "status", "--queue", "bot2")
     assert code == 0 and lane_lines(out) == {

@@ -236,15 +236,16 @@ def test_a_follow_up_enqueued_before_its_original_waits_for_it(
 def test_a_follow_up_of_a_failed_or_unknown_original_fails_and_sends_nothing(
     db_url: str, engine: sa.Engine, fake_telegram: FakeTelegram
 ) -> None:
-    fake_telegram.script(38, Fault.forbidden("bot was blocked by the user"))
-    _enqueue(engine, "blocked", {"chat_id": 38, "text": "Salom"})
-    _enqueue(engine, "edit-blocked", {"method": "editMessageText", "message_key": "blocked",
+    # A 403 that leaves the chat reachable: a blocked chat's edit would end chat_blocked first.
+    fake_telegram.script(38, Fault.forbidden("bot can't initiate conversation with a user"))
+    _enqueue(engine, "refused", {"chat_id": 38, "text": "Salom"})
+    _enqueue(engine, "edit-refused", {"method": "editMessageText", "message_key": "refused",
                                       "text": "Yangi"})  # fmt: skip
     _enqueue(engine, "delete-nothing", {"method": "deleteMessage", "message_key": "no-such"})
     _drain(db_url, fake_telegram)
-    state, error, code = _state(engine, "edit-blocked")
+    state, error, code = _state(engine, "edit-refused")
     assert state == State.FAILED and code == "original_failed"
-    assert "'blocked' was never sent (xato:blocked)" in str(error)
+    assert "'refused' was never sent (xato:forbidden)" in str(error)
     state, error, code = _state(engine, "delete-nothing")
     assert state == State.FAILED and code == "original_failed" and "no-such" in str(error)
     assert [r.method for r in fake_telegram.requests if r.method != "getMe"] == ["sendMessage"]

@@ -106,6 +106,24 @@ def test_a_delivered_message_is_replayed_only_after_a_confirmation(
     assert after["tarix"][-1]["hodisa"] == "replay --force"
 
 
+def test_a_blocked_chats_message_is_not_replayed_until_unblocked(
+    page: WebPage, engine: sa.Engine
+) -> None:
+    failed = add_message(engine, "gone", chat_id=4242, state="xato", error="blocked")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO bloklangan (suhbat) VALUES ('4242')"))
+    token = page.csrf()
+    refused = page.post(f"/messages/{failed}/replay", {"csrf": token})
+    assert refused.status == 409
+    assert "unblock it first: outbox chats --unblock 4242" in refused.body
+    assert "Yes, send it again" not in refused.body and 'name="force"' not in refused.body
+    assert row(engine, "gone")["holat"] == "xato"
+    with engine.begin() as conn:
+        conn.execute(sa.text("DELETE FROM bloklangan"))
+    assert page.post(f"/messages/{failed}/replay", {"csrf": token}).status == 303
+    assert row(engine, "gone")["holat"] == "kutmoqda"
+
+
 def test_a_selection_is_replayed_after_its_list_is_confirmed(
     page: WebPage, engine: sa.Engine
 ) -> None:

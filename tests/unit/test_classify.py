@@ -409,3 +409,36 @@ def test_a_row_handed_back_unsent_gets_its_attempt_back_and_keeps_its_place() ->
 def test_nonsense_policies_are_refused(kwargs: dict[str, Any]) -> None:
     with pytest.raises(ValueError, match=r"must|cannot"):
         RetryPolicy(**kwargs)
+
+
+@pytest.mark.parametrize(
+    ("description", "code", "gone"),
+    [
+        ("Forbidden: bot was blocked by the user", "blocked", True),
+        ("Forbidden: user is deactivated", "blocked", True),
+        ("Forbidden: bot was kicked from the group chat", "forbidden", True),
+        ("Forbidden: bot was kicked from the supergroup chat", "forbidden", True),
+        ("Forbidden: bot was kicked from the channel chat", "forbidden", True),
+        ("Forbidden: bot is not a member of the channel chat", "forbidden", True),
+        ("Forbidden: bot is not a member of the supergroup chat", "forbidden", True),
+        # Not gone: the person never started the bot, or it may not write there for now.
+        ("Forbidden: bot can't initiate conversation with a user", "forbidden", False),
+        ("Forbidden: bot can't send messages to bots", "forbidden", False),
+        ("Forbidden: not enough rights to send text messages to the chat", "forbidden", False),
+    ],
+)
+def test_a_403_says_whether_the_chat_is_gone_for_the_bot(
+    description: str, code: str, gone: bool
+) -> None:
+    failure = classified(error(403, description))
+    assert failure.kind is FailureKind.PERMANENT
+    assert failure.code == code  # the codes keep their meaning
+    assert failure.chat_gone is gone
+    decision = decide(RetryPolicy(), 0.0, RowFacts(1), failure)
+    assert decision.state is State.FAILED
+    assert decision.chat_gone is gone
+
+
+def test_only_a_403_marks_a_chat_gone() -> None:
+    for status, description in [(400, "Bad Request: chat not found"), (500, "Internal")]:
+        assert not classified(error(status, description)).chat_gone

@@ -142,3 +142,33 @@ def test_people_can_be_played_through_the_control_api(fake_telegram: FakeTelegra
         assert [e["text"] for e in api.get("/_fake/edits").json()] == ["Javob"]
         missing = api.post("/_fake/press", json={"chat_id": 42, "message_id": 99, "text": "Ha"})
         assert missing.status_code == 400
+
+
+def test_my_chat_member_and_allowed_updates(fake_telegram: FakeTelegram) -> None:
+    async def scenario() -> None:
+        bot = Bot(TEST_TOKEN, base_url=fake_telegram.api_url + "/bot")
+        async with bot:
+            fake_telegram.post_my_chat_member(42, old="kicked", new="member")
+            fake_telegram.post_my_chat_member(-1000000000007, old="left", new="administrator")
+            updates = await bot.get_updates(timeout=0)
+            raw = fake_telegram.posted_updates()
+            assert all(_within(r, u.to_dict()) for r, u in zip(raw, updates, strict=True))
+            assert [_leftovers(u) for u in updates] == [[], []]
+            unblocked, added = (u.my_chat_member for u in updates)
+            assert unblocked is not None and added is not None
+            assert (unblocked.old_chat_member.status, unblocked.new_chat_member.status) == (
+                "kicked",
+                "member",
+            )
+            assert added.chat.type == "supergroup"
+            assert added.new_chat_member.status == "administrator"
+            # A bot that asks for messages only is never offered another kind, as with
+            # Telegram, and the choice holds for its later polls.
+            offset = updates[-1].update_id + 1
+            await bot.get_updates(offset=offset, timeout=0, allowed_updates=["message"])
+            fake_telegram.post_my_chat_member(43, old="member", new="kicked")
+            fake_telegram.post_message(43, "salom")
+            [only] = await bot.get_updates(offset=offset, timeout=0)
+            assert only.message is not None and only.message.text == "salom"
+
+    asyncio.run(scenario())

@@ -35,6 +35,7 @@ def batch_json(b: BatchProgress) -> dict[str, Any]:
         "sent": b.sent,
         "failed": b.failed,
         "cancelled": b.cancelled,
+        "chat_blocked": b.chat_blocked,
         "sending": b.sending,
         "waiting": b.waiting,
         "paused": b.paused,
@@ -65,7 +66,12 @@ def batch_lines(b: BatchProgress) -> list[str]:
         [
             ("total", str(b.total), f"rows of batch {b.name}{share}"),
             ("sent", str(b.sent), "bajarildi"),
-            ("failed", str(b.failed), f"xato, of which {b.cancelled} cancelled by operator"),
+            (
+                "failed",
+                str(b.failed),
+                f"xato, of which {b.cancelled} cancelled by operator and {b.chat_blocked} "
+                "not sent to a blocked chat",
+            ),
             ("sending", str(b.sending), "bajarilmoqda: claimed by a relay now"),
             ("waiting", str(b.waiting), "kutmoqda, not paused"),
             ("paused", str(b.paused), "kutmoqda, held by a pause"),

@@ -368,6 +368,21 @@ def replayed_line(result: ReplayResult, *, forced: bool) -> str:
     return line
 
 
+def unblock_command(chat: str, bot: str | None) -> str:
+    """The command line that unblocks ``chat`` for ``bot``."""
+    return f"outbox chats --unblock {chat}" + ("" if bot is None else f" --bot {bot}")
+
+
+def blocked_refusal(result: ReplayResult) -> str:
+    """Why a row of a blocked chat is not replayed, and the command that changes it."""
+    assert result.blocked_chat is not None
+    bot = "its bot" if result.bot is None else f"bot {result.bot}"
+    return (
+        f"chat {result.blocked_chat} blocked {bot} or removed it (Telegram said so); "
+        f"unblock it first: {unblock_command(result.blocked_chat, result.bot)}"
+    )
+
+
 def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
     """Why a row was not replayed, in one line; ``force_hint``: name the CLI's --force (the
     page offers its own button)."""
@@ -382,6 +397,8 @@ def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
         return (
             f"message {result.id} not replayed: it is {result.state}, not {State.FAILED} ({reason})"
         )
+    if result.blocked_chat is not None:
+        return f"message {result.id} not replayed: {blocked_refusal(result)}"
     if result.original is not None:
         was = result.original_state or "no message has that key"
         return (

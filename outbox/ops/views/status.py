@@ -92,6 +92,12 @@ def lanes_lines(lanes: LaneFigures) -> list[tuple[str, str, str]]:
             f"{State.FAILED} rows that expired unsent ({label('error_code')} {FailureCode.EXPIRED})"
         )
         lines.append(("expired", str(lanes.expired), note))
+    if lanes.chat_blocked:
+        note = (
+            f"{State.FAILED} rows not sent: their chat is gone for the bot "
+            f"({label('error_code')} {FailureCode.CHAT_BLOCKED}; `outbox chats --blocked`)"
+        )
+        lines.append(("chat blocked", str(lanes.chat_blocked), note))
     return lines
 
 
@@ -102,6 +108,7 @@ def lanes_json(lanes: LaneFigures) -> dict[str, Any]:
         "windowed": lanes.windowed,
         "expiring_within_hour": lanes.expiring,
         "expired": lanes.expired,
+        "chat_blocked": lanes.chat_blocked,
     }
 
 

@@ -213,8 +213,15 @@ def test_a_user_who_blocks_the_bot_is_inactive_until_start(
 
     wait_until(lambda: not active(), 20, "the user to be marked inactive")
     with engine.begin() as conn:
-        failed = conn.execute(sa.text("SELECT kalit, oxirgi_xato FROM outbox WHERE holat='xato'"))
+        failed = conn.execute(
+            sa.text("SELECT kalit, oxirgi_xato FROM outbox WHERE xato_turi = 'blocked'")
+        )
         [(key, error)] = failed.all()
+        # The other reminder waiting for her chat ended without a request (outbox_0017).
+        ended = conn.execute(
+            sa.text("SELECT kalit FROM outbox WHERE xato_turi = 'chat_blocked'")
+        ).scalars()
+        assert {k.split(":")[1] for k in ended} == {"1"}
     assert key.startswith("vazifa:2:") and reason in error
     assert "/start" in aziza.say("/add Kitob ertaga 09:00")
     reply = aziza.say("/start")
@@ -404,3 +411,53 @@ def test_in_a_group_only_commands_are_answered(
     fake_telegram.post_message(group.chat_id, "salom hammaga", user_id=777)
     assert "faqat shaxsiy chatda" in group.say("/start")
     assert len(group.received()) == 1
+
+
+def _blocked(engine: sa.Engine) -> list[str]:
+    with engine.begin() as conn:
+        return list(conn.execute(sa.text("SELECT suhbat FROM bloklangan ORDER BY 1")).scalars())
+
+
+def test_any_message_unblocks_the_chat_so_the_reply_arrives(
+    bot: BotProcess, aziza: Person, fake_telegram: FakeTelegram, engine: sa.Engine
+) -> None:
+    _signed_up(aziza)
+    aziza.say("/add Non 1s")
+    fake_telegram.script(aziza.chat_id, Fault.forbidden("bot was blocked by the user"))
+    wait_until(lambda: _blocked(engine) == ["501"], 20, "the chat to be recorded as blocked")
+    # She unblocked the bot and writes: the bot unblocks the chat, so its answer is sent.
+    assert "Eslatmalar to'xtatilgan" in aziza.say("/list")
+    assert _blocked(engine) == []
+
+
+@pytest.mark.parametrize(
+    ("chat_id", "old", "new"),
+    [(502, "kicked", "member"), (-4005, "left", "member"), (-1004006, "left", "administrator")],
+    ids=["unblocked", "group-re-added", "supergroup-admin"],
+)
+def test_my_chat_member_back_unblocks_the_chat(
+    bot: BotProcess,
+    fake_telegram: FakeTelegram,
+    engine: sa.Engine,
+    chat_id: int,
+    old: str,
+    new: str,
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(
+            sa.text("INSERT INTO bloklangan (suhbat) VALUES (:c), ('999')"), {"c": str(chat_id)}
+        )
+    fake_telegram.post_my_chat_member(chat_id, old=old, new=new)
+    wait_until(lambda: _blocked(engine) == ["999"], 20, "the chat to be unblocked")
+
+
+def test_my_chat_member_blocked_changes_nothing(
+    bot: BotProcess, aziza: Person, fake_telegram: FakeTelegram, engine: sa.Engine
+) -> None:
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO bloklangan (suhbat) VALUES ('777')"))
+    fake_telegram.post_my_chat_member(777, old="member", new="kicked")
+    fake_telegram.post_my_chat_member(aziza.chat_id, old="kicked", new="member")
+    wait_until(lambda: _blocked(engine) == ["777"], 20, "the later update handled")
+    assert "Assalomu alaykum" in aziza.say("/start")  # the bot goes on
+    assert _blocked(engine) == ["777"]

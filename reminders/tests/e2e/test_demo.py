@@ -27,11 +27,18 @@ def test_demo_runs_end_to_end_and_again(demo_runs: list[subprocess.CompletedProc
         out = ran.stdout
         assert "to Aziza (1001)" in out and "to Bobur (1002)" in out
         assert "flood control (429)" in out and "bot was blocked by the user" in out
-        assert "replayed message 3: xato -> kutmoqda" in out
-        assert "to Dilnoza (1003)" in out
         assert "Non olish" not in out.split("What Telegram received:")[1].split("The outbox")[0]
-        final = out.split("The outbox at the end:")[1]
-        assert final.count("bajarildi") == 3 and "xato " not in final
+        # Dilnoza blocked the bot: the news batch skips her chat without a request, a replay
+        # of her copy is refused until she unblocks the bot with /start.
+        story = out.split("the outbox remembers her chat:")[1].split("The outbox at the end:")[0]
+        blocked, unblocked = story.split("Dilnoza unblocks the bot")
+        assert "-    1003" in blocked and "to Dilnoza" not in blocked
+        assert "no request was made" in blocked
+        assert "not replayed: chat 1003 blocked its bot" in blocked
+        assert "replayed message 7: xato -> kutmoqda" in unblocked
+        assert unblocked.count("to Dilnoza (1003)") == 3  # welcome, reminder, news
+        final = out.split("The outbox at the end:")[1].split("A conversation")[0]
+        assert final.count("bajarildi") == 7 and "xato " not in final
         assert "Traceback" not in ran.stderr
 
 
