@@ -24,7 +24,7 @@ from alembic.config import Config
 from alembic.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from outbox import queries
+from outbox import queries, sql
 from outbox.db import connect_errors, create_engine, normalize_url
 from outbox.errors import SchemaMismatch
 from outbox.schema import (
@@ -55,18 +55,9 @@ VERSION_TABLE = "outbox_alembic_version"
 # For a host's alembic.ini: version_locations = %(here)s/versions outbox.migrations:versions
 VERSIONS_LOCATION = f"{SCRIPT_PACKAGE}:versions"
 BRANCH = "outbox"
-OUTBOX_TABLES = frozenset(
-    {
-        "outbox",
-        "yuborilgan",
-        "bot_holati",
-        "chat_navbati",
-        "pauza",
-        "relaylar",
-        "tinch_soatlar",
-        VERSION_TABLE,
-    }
-)
+# The tables a host's autogenerate leaves alone: the ones the named queries qualify, and the
+# outbox's own version table.
+OUTBOX_TABLES = frozenset({*sql.TABLES, VERSION_TABLE})
 _SCHEMA_ATTRIBUTE = "outbox_schema"
 _RESULT_ATTRIBUTE = "outbox_upgraded"
 _LEGACY_REVISION = "0001"  # the single history of version 0.1, shared with the domain tables

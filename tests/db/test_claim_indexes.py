@@ -181,7 +181,8 @@ def test_outcomes_are_written_through_the_primary_key(db_url: str) -> None:
         n for n in nodes if n.get("Relation Name") == "outbox" and n["Node Type"] != "ModifyTable"
     ]
     # One probe per outcome: not the index of claimed rows, whose dead entries it cannot see.
-    assert [(n["Node Type"], n.get("Index Name")) for n in reads] == [("Index Scan", "outbox_pkey")]
+    # (The blocked-chat record probes by the primary key too, only for a chat gone: none here.)
+    assert {(n["Node Type"], n.get("Index Name")) for n in reads} == {("Index Scan", "outbox_pkey")}
     assert sum(int(n["Actual Rows"]) * int(n["Actual Loops"]) for n in reads) == 64
 
 

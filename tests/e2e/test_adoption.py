@@ -44,7 +44,16 @@ INCLUDED = "alembic_included.ini"
 CHECK_OK = "No new upgrade operations detected."
 SCHEMA_SETTING = "--schema or OUTBOX_SCHEMA"
 # The tables the outbox's revisions create (outbox_0003 adds the queue state and the chat queue).
-OWN_TABLES = {"outbox", "yuborilgan", "bot_holati", "chat_navbati", "pauza", "relaylar"}
+OWN_TABLES = {
+    "outbox",
+    "yuborilgan",
+    "bot_holati",
+    "chat_navbati",
+    "pauza",
+    "relaylar",
+    "tinch_soatlar",
+    "bloklangan",
+}
 
 
 # outbox.configure (and an in-process CLI's --schema) set a process-wide value.
