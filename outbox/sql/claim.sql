@@ -1,4 +1,4 @@
--- The claim, in two statements run in one transaction by outbox/queries/claim.py.
+-- The claim, in a few statements run in one transaction by outbox/queries/claim.py.
 --
 -- claim_rows locks the bot's budget row (every relay of the bot claims in turn) and the due
 -- rows it may take, and returns them with what the slot arithmetic needs; Python then orders
