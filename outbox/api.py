@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from outbox import queries
 from outbox.errors import ConfigError, InvalidInput, InvalidPayload, Refused
@@ -23,7 +23,7 @@ from outbox.queries.chats import unblock
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 from outbox.states import State
-from outbox.tracing import trace_context
+from outbox.tracing import TraceContext, trace_context
 
 __all__ = [
     "Enqueued",
@@ -168,21 +168,36 @@ def _checked_lane(
     )
 
 
+class _Route(TypedDict):
+    """Where and how a message goes: ``queries.enqueue``'s and ``enqueue_many``'s arguments
+    but the messages themselves."""
+
+    schema: str
+    kind: str
+    run_at: datetime | None
+    queue: str
+    batch: str | None
+    lane: queries.Lane
+    bot: str | None
+    trace: TraceContext
+
+
 def _checked_sending(
     *,
+    schema: str | None,
     kind: object,
     queue: str,
     batch: str | None,
     bot: int | str | None,
-    run_at: object,
+    run_at: datetime | None,
     priority: object,
     early: object,
     expires_at: object,
     ordered: object,
     quiet_hours: object,
-) -> tuple[str | None, queries.Lane]:
-    """What ``enqueue`` and ``enqueue_many`` check of every message but its key and payload:
-    the ``bot`` column's value and the lane, or ``InvalidInput`` in one line."""
+) -> _Route:
+    """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload, or
+    ``InvalidInput`` in one line."""
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
@@ -195,7 +210,16 @@ def _checked_sending(
         ordered=ordered,
         quiet_hours=quiet_hours,
     )
-    return bot_id, lane
+    return _Route(
+        schema=resolve_schema(schema),
+        kind=kind,
+        run_at=run_at,
+        queue=queue,
+        batch=batch,
+        lane=lane,
+        bot=bot_id,
+        trace=trace_context(),
+    )
 
 
 def _enqueue_steps(
@@ -244,7 +268,8 @@ def _enqueue_steps(
     (digests, campaigns), not for one the person asked for. Its chat's other messages neither
     wait for it nor hold it back.
     """
-    bot_id, lane = _checked_sending(
+    route = _checked_sending(
+        schema=schema,
         kind=kind,
         queue=queue,
         batch=batch,
@@ -259,18 +284,7 @@ def _enqueue_steps(
     if not isinstance(key, str) or not key:
         raise InvalidInput("an outbox message needs a non-empty key")
     _check_label(key, "key")
-    return queries.enqueue(
-        schema=resolve_schema(schema),
-        kind=kind,
-        key=key,
-        payload=_checked_payload(payload),
-        run_at=run_at,
-        queue=queue,
-        batch=batch,
-        lane=lane,
-        bot=bot_id,
-        trace=trace_context(),
-    )
+    return queries.enqueue(key=key, payload=_checked_payload(payload), **route)
 
 
 enqueue, enqueue_async = queries.app_twins(

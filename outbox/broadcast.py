@@ -19,7 +19,6 @@ from outbox.errors import ConfigError, InvalidInput
 from outbox.queries import BatchProgress, Pause, Scope, SyncConn
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
-from outbox.tracing import trace_context
 
 __all__ = [
     "BatchProgress",
@@ -60,7 +59,8 @@ def _enqueue_many_steps(
     list goes to the database as one JSON document: split a list of millions into chunks of
     some ten thousand.
     """
-    bot_id, lane = _checked_sending(
+    route = _checked_sending(
+        schema=schema,
         kind=kind,
         queue=queue,
         batch=batch,
@@ -78,17 +78,7 @@ def _enqueue_many_steps(
             raise InvalidInput(f"message {number} of the list needs a non-empty key")
         _check_label(key, "key")
         checked.append((key, _checked_payload(payload)))
-    return queries.enqueue_many(
-        schema=resolve_schema(schema),
-        kind=kind,
-        messages=checked,
-        run_at=run_at,
-        queue=queue,
-        batch=batch,
-        lane=lane,
-        bot=bot_id,
-        trace=trace_context(),
-    )
+    return queries.enqueue_many(messages=checked, **route)
 
 
 enqueue_many, enqueue_many_async = queries.app_twins("enqueue_many", _enqueue_many_steps, int)
