@@ -25,6 +25,7 @@ from outbox.quiet_hours import (
     clear_quiet_hours,
     clear_quiet_hours_async,
     get_quiet_hours,
+    get_quiet_hours_async,
     set_quiet_hours,
     set_quiet_hours_async,
 )
@@ -49,6 +50,7 @@ __all__ = [
     "failed_messages",
     "get_message",
     "get_quiet_hours",
+    "get_quiet_hours_async",
     "list_messages",
     "queue_status",
     "replay",

@@ -12,20 +12,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, TypedDict
 
 from outbox import queries
 from outbox.errors import ConfigError, InvalidInput, InvalidPayload, Refused
 from outbox.ops.views.message import blocked_refusal
 from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, request_of
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
+from outbox.queries.chats import unblock
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 from outbox.states import State
-from outbox.tracing import trace_context
-
-if TYPE_CHECKING:
-    from outbox.queries import AsyncAppConn
+from outbox.tracing import TraceContext, trace_context
 
 __all__ = [
     "Enqueued",
@@ -111,51 +109,6 @@ def check_destination(queue: str, batch: str | None, bot: int | str | None = Non
     return bot_column(bot)
 
 
-def _enqueue_steps(
-    *,
-    key: str,
-    payload: Mapping[str, Any],
-    kind: str,
-    run_at: datetime | None,
-    schema: str | None,
-    queue: str,
-    batch: str | None = None,
-    priority: int = 0,
-    early: timedelta | None = None,
-    expires_at: datetime | None = None,
-    bot: int | str | None = None,
-    ordered: bool = True,
-    quiet_hours: bool = False,
-) -> queries.Steps:
-    bot_id = check_destination(queue, batch, bot)
-    if not isinstance(key, str) or not key:
-        raise InvalidInput("an outbox message needs a non-empty key")
-    _check_label(key, "key")
-    if not isinstance(kind, str):
-        raise InvalidInput("an outbox message's kind must be a string")
-    _check_label(kind, "kind")
-    lane = _checked_lane(
-        run_at=run_at,
-        priority=priority,
-        early=early,
-        expires_at=expires_at,
-        ordered=ordered,
-        quiet_hours=quiet_hours,
-    )
-    return queries.enqueue(
-        schema=resolve_schema(schema),
-        kind=kind,
-        key=key,
-        payload=_checked_payload(payload),
-        run_at=run_at,
-        queue=queue,
-        batch=batch,
-        lane=lane,
-        bot=bot_id,
-        trace=trace_context(),
-    )
-
-
 def _aware(value: object, field: str) -> datetime | None:
     if value is None:
         return None
@@ -215,8 +168,61 @@ def _checked_lane(
     )
 
 
-def enqueue(
-    conn: SyncConn,
+class _Route(TypedDict):
+    """Where and how a message goes: ``queries.enqueue``'s and ``enqueue_many``'s arguments
+    but the messages themselves."""
+
+    schema: str
+    kind: str
+    run_at: datetime | None
+    queue: str
+    batch: str | None
+    lane: queries.Lane
+    bot: str | None
+    trace: TraceContext
+
+
+def _checked_sending(
+    *,
+    schema: str | None,
+    kind: object,
+    queue: str,
+    batch: str | None,
+    bot: int | str | None,
+    run_at: datetime | None,
+    priority: object,
+    early: object,
+    expires_at: object,
+    ordered: object,
+    quiet_hours: object,
+) -> _Route:
+    """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload, or
+    ``InvalidInput`` in one line."""
+    bot_id = check_destination(queue, batch, bot)
+    if not isinstance(kind, str):
+        raise InvalidInput("an outbox message's kind must be a string")
+    _check_label(kind, "kind")
+    lane = _checked_lane(
+        run_at=run_at,
+        priority=priority,
+        early=early,
+        expires_at=expires_at,
+        ordered=ordered,
+        quiet_hours=quiet_hours,
+    )
+    return _Route(
+        schema=resolve_schema(schema),
+        kind=kind,
+        run_at=run_at,
+        queue=queue,
+        batch=batch,
+        lane=lane,
+        bot=bot_id,
+        trace=trace_context(),
+    )
+
+
+def _enqueue_steps(
     *,
     key: str,
     payload: Mapping[str, Any],
@@ -231,7 +237,7 @@ def enqueue(
     bot: int | None = None,
     ordered: bool = True,
     quiet_hours: bool = False,
-) -> Enqueued:
+) -> queries.Steps:
     """Add a message to the outbox in the caller's transaction (never commits).
 
     ``conn`` is the app's SQLAlchemy ``Session`` or ``Connection``: the message exists exactly
@@ -262,58 +268,28 @@ def enqueue(
     (digests, campaigns), not for one the person asked for. Its chat's other messages neither
     wait for it nor hold it back.
     """
-    steps = _enqueue_steps(
-        key=key,
-        payload=payload,
-        kind=kind,
-        run_at=run_at,
+    route = _checked_sending(
         schema=schema,
+        kind=kind,
         queue=queue,
         batch=batch,
+        bot=bot,
+        run_at=run_at,
         priority=priority,
         early=early,
         expires_at=expires_at,
-        bot=bot,
         ordered=ordered,
         quiet_hours=quiet_hours,
     )
-    return Enqueued(*queries.run_sync(conn, steps))
+    if not isinstance(key, str) or not key:
+        raise InvalidInput("an outbox message needs a non-empty key")
+    _check_label(key, "key")
+    return queries.enqueue(key=key, payload=_checked_payload(payload), **route)
 
 
-async def enqueue_async(
-    conn: AsyncAppConn,
-    *,
-    key: str,
-    payload: Mapping[str, Any],
-    kind: str = REMINDER,
-    run_at: datetime | None = None,
-    schema: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    batch: str | None = None,
-    priority: int = 0,
-    early: timedelta | None = None,
-    expires_at: datetime | None = None,
-    bot: int | None = None,
-    ordered: bool = True,
-    quiet_hours: bool = False,
-) -> Enqueued:
-    """``enqueue`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = _enqueue_steps(
-        key=key,
-        payload=payload,
-        kind=kind,
-        run_at=run_at,
-        schema=schema,
-        queue=queue,
-        batch=batch,
-        priority=priority,
-        early=early,
-        expires_at=expires_at,
-        bot=bot,
-        ordered=ordered,
-        quiet_hours=quiet_hours,
-    )
-    return Enqueued(*await queries.run_async(conn, steps))
+enqueue, enqueue_async = queries.app_twins(
+    "enqueue", _enqueue_steps, lambda found: Enqueued(*found)
+)
 
 
 def _keys(keys: str | Sequence[str]) -> list[str]:
@@ -321,7 +297,7 @@ def _keys(keys: str | Sequence[str]) -> list[str]:
     return [keys] if isinstance(keys, str) else list(keys)
 
 
-def cancel(conn: SyncConn, keys: str | Sequence[str], *, schema: str | None = None) -> int:
+def _cancel_steps(keys: str | Sequence[str], *, schema: str | None = None) -> queries.Steps:
     """Withdraw unsent messages by key (one key or several) in the caller's transaction;
     return how many.
 
@@ -331,16 +307,10 @@ def cancel(conn: SyncConn, keys: str | Sequence[str], *, schema: str | None = No
     key again right after cancelling it: another relay could send it while the first one is
     still sending. Use a new key, or ``update_pending`` to change a message's text.
     """
-    steps = queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
-    return int(queries.run_sync(conn, steps))
+    return queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
 
 
-async def cancel_async(
-    conn: AsyncAppConn, keys: str | Sequence[str], *, schema: str | None = None
-) -> int:
-    """``cancel`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
-    return int(await queries.run_async(conn, steps))
+cancel, cancel_async = queries.app_twins("cancel", _cancel_steps, int)
 
 
 def sent_keys(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None) -> list[str]:
@@ -350,30 +320,23 @@ def sent_keys(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None)
     return list(queries.run_sync(conn, steps))
 
 
-def update_pending(
-    conn: SyncConn, key: str, payload: Mapping[str, Any], *, schema: str | None = None
-) -> bool:
+def _update_pending_steps(
+    key: str, payload: Mapping[str, Any], *, schema: str | None = None
+) -> queries.Steps:
     """Replace the payload of an unsent message (waiting, claimed or failed); False if none.
 
     A message being sent at this moment goes out with the text it had; a retry or replay of it
     sends the new one. A sent message is not sent again.
     """
     _check_label(key, "key")
-    steps = queries.update_pending(
+    return queries.update_pending(
         schema=resolve_schema(schema), key=key, payload=_checked_payload(payload)
     )
-    return bool(queries.run_sync(conn, steps))
 
 
-async def update_pending_async(
-    conn: AsyncAppConn, key: str, payload: Mapping[str, Any], *, schema: str | None = None
-) -> bool:
-    """``update_pending`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    _check_label(key, "key")
-    steps = queries.update_pending(
-        schema=resolve_schema(schema), key=key, payload=_checked_payload(payload)
-    )
-    return bool(await queries.run_async(conn, steps))
+update_pending, update_pending_async = queries.app_twins(
+    "update_pending", _update_pending_steps, bool
+)
 
 
 # Telegram's chat ids are whole numbers (at most 20 characters) and a channel's @username at
@@ -403,9 +366,9 @@ def chat_column(chat_id: object) -> str:
     )
 
 
-def unblock_chat(
-    conn: SyncConn, chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
-) -> bool:
+def _unblock_chat_steps(
+    chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
+) -> queries.Steps:
     """Let ``bot`` (its public id; None: the rows naming no bot) send to ``chat_id`` again, in
     the caller's transaction; whether the chat was blocked.
 
@@ -415,24 +378,11 @@ def unblock_chat(
     person sent /start or a message, the group added the bot back). Rows ended before stay
     ended: ``replay`` sends them.
     """
-    steps = queries.unblock_chat(
-        schema=resolve_schema(schema), bot=bot_column(bot), chat=chat_column(chat_id)
-    )
-    return bool(queries.run_sync(conn, steps))
+    schema, bot_id = resolve_schema(schema), bot_column(bot)
+    return queries.app_steps(unblock.steps(schema=schema, chat=chat_column(chat_id), bot=bot_id))
 
 
-async def unblock_chat_async(
-    conn: AsyncAppConn,
-    chat_id: int | str,
-    *,
-    bot: int | str | None = None,
-    schema: str | None = None,
-) -> bool:
-    """``unblock_chat`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = queries.unblock_chat(
-        schema=resolve_schema(schema), bot=bot_column(bot), chat=chat_column(chat_id)
-    )
-    return bool(await queries.run_async(conn, steps))
+unblock_chat, unblock_chat_async = queries.app_twins("unblock_chat", _unblock_chat_steps, bool)
 
 
 # --- the operator's actions (``outbox status``, ``list``, ``show`` and ``replay`` call these) --

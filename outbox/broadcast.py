@@ -11,24 +11,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from outbox import queries
-from outbox.api import (
-    REMINDER,
-    _check_label,
-    _checked_lane,
-    _checked_payload,
-    check_destination,
-)
+from outbox.api import REMINDER, _check_label, _checked_payload, _checked_sending
 from outbox.errors import ConfigError, InvalidInput
 from outbox.queries import BatchProgress, Pause, Scope, SyncConn
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
-from outbox.tracing import trace_context
-
-if TYPE_CHECKING:
-    from outbox.queries import AsyncAppConn
 
 __all__ = [
     "BatchProgress",
@@ -47,11 +37,11 @@ __all__ = [
 def _enqueue_many_steps(
     messages: Iterable[tuple[str, Mapping[str, Any]]],
     *,
-    kind: str,
-    run_at: datetime | None,
-    schema: str | None,
-    queue: str,
-    batch: str | None,
+    batch: str | None = None,
+    kind: str = REMINDER,
+    run_at: datetime | None = None,
+    schema: str | None = None,
+    queue: str = DEFAULT_QUEUE,
     priority: int = 0,
     early: timedelta | None = None,
     expires_at: datetime | None = None,
@@ -59,11 +49,22 @@ def _enqueue_many_steps(
     ordered: bool = True,
     quiet_hours: bool = False,
 ) -> queries.Steps:
-    bot_id = check_destination(queue, batch, bot)
-    if not isinstance(kind, str):
-        raise InvalidInput("an outbox message's kind must be a string")
-    _check_label(kind, "kind")
-    lane = _checked_lane(
+    """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
+    commits); return how many were new (a key already in the outbox is left as it is).
+
+    Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
+    ``batch`` names the broadcast (``outbox batch NAME``); ``bot`` the bot that sends them
+    all, and ``priority``, ``early``, ``expires_at``, ``ordered`` and ``quiet_hours`` their
+    lanes, as for ``enqueue`` (a broadcast of one message per chat loses nothing to its order). The
+    list goes to the database as one JSON document: split a list of millions into chunks of
+    some ten thousand.
+    """
+    route = _checked_sending(
+        schema=schema,
+        kind=kind,
+        queue=queue,
+        batch=batch,
+        bot=bot,
         run_at=run_at,
         priority=priority,
         early=early,
@@ -77,94 +78,10 @@ def _enqueue_many_steps(
             raise InvalidInput(f"message {number} of the list needs a non-empty key")
         _check_label(key, "key")
         checked.append((key, _checked_payload(payload)))
-    return queries.enqueue_many(
-        schema=resolve_schema(schema),
-        kind=kind,
-        messages=checked,
-        run_at=run_at,
-        queue=queue,
-        batch=batch,
-        lane=lane,
-        bot=bot_id,
-        trace=trace_context(),
-    )
+    return queries.enqueue_many(messages=checked, **route)
 
 
-def enqueue_many(
-    conn: SyncConn,
-    messages: Iterable[tuple[str, Mapping[str, Any]]],
-    *,
-    batch: str | None = None,
-    kind: str = REMINDER,
-    run_at: datetime | None = None,
-    schema: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-    early: timedelta | None = None,
-    expires_at: datetime | None = None,
-    bot: int | None = None,
-    ordered: bool = True,
-    quiet_hours: bool = False,
-) -> int:
-    """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
-    commits); return how many were new (a key already in the outbox is left as it is).
-
-    Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
-    ``batch`` names the broadcast (``outbox batch NAME``); ``bot`` the bot that sends them
-    all, and ``priority``, ``early``, ``expires_at``, ``ordered`` and ``quiet_hours`` their
-    lanes, as for ``enqueue`` (a broadcast of one message per chat loses nothing to its order). The
-    list goes to the database as one JSON document: split a list of millions into chunks of
-    some ten thousand.
-    """
-    steps = _enqueue_many_steps(
-        messages,
-        kind=kind,
-        run_at=run_at,
-        schema=schema,
-        queue=queue,
-        batch=batch,
-        priority=priority,
-        early=early,
-        expires_at=expires_at,
-        bot=bot,
-        ordered=ordered,
-        quiet_hours=quiet_hours,
-    )
-    return int(queries.run_sync(conn, steps))
-
-
-async def enqueue_many_async(
-    conn: AsyncAppConn,
-    messages: Iterable[tuple[str, Mapping[str, Any]]],
-    *,
-    batch: str | None = None,
-    kind: str = REMINDER,
-    run_at: datetime | None = None,
-    schema: str | None = None,
-    queue: str = DEFAULT_QUEUE,
-    priority: int = 0,
-    early: timedelta | None = None,
-    expires_at: datetime | None = None,
-    bot: int | None = None,
-    ordered: bool = True,
-    quiet_hours: bool = False,
-) -> int:
-    """``enqueue_many`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = _enqueue_many_steps(
-        messages,
-        kind=kind,
-        run_at=run_at,
-        schema=schema,
-        queue=queue,
-        batch=batch,
-        priority=priority,
-        early=early,
-        expires_at=expires_at,
-        bot=bot,
-        ordered=ordered,
-        quiet_hours=quiet_hours,
-    )
-    return int(await queries.run_async(conn, steps))
+enqueue_many, enqueue_many_async = queries.app_twins("enqueue_many", _enqueue_many_steps, int)
 
 
 def _scope_value(scope: Scope, value: str) -> str:

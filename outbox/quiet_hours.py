@@ -12,19 +12,21 @@ from __future__ import annotations
 from datetime import time
 from typing import TYPE_CHECKING
 
-from outbox import queries, sql
+from outbox import sql
 from outbox.api import bot_column
 from outbox.errors import InvalidInput
+from outbox.queries import app_twins
 from outbox.quiet import QuietHours, zone
 from outbox.schema import resolve_schema
 
 if TYPE_CHECKING:
-    from outbox.queries import AsyncAppConn, Steps, SyncConn
+    from outbox.queries import Steps
 
 __all__ = [
     "clear_quiet_hours",
     "clear_quiet_hours_async",
     "get_quiet_hours",
+    "get_quiet_hours_async",
     "set_quiet_hours",
     "set_quiet_hours_async",
 ]
@@ -43,6 +45,10 @@ def _checked(start: object, end: object, tz: object) -> QuietHours:
     return QuietHours(start.replace(microsecond=0), end.replace(microsecond=0), tz)
 
 
+def _found_hours(found: QuietHours | None) -> QuietHours | None:
+    return found
+
+
 def _chat(chat_id: object) -> str:
     if isinstance(chat_id, bool) or not isinstance(chat_id, int | str):
         raise InvalidInput(f"chat_id must be a number or an @username, got {chat_id!r}")
@@ -52,31 +58,12 @@ def _chat(chat_id: object) -> str:
     return chat
 
 
+def _whose(chat_id: object, bot: int | str | None) -> dict[str, object]:
+    """The chat's and the bot's parameters of every quiet-hours statement."""
+    return {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
+
+
 def _set_steps(
-    chat_id: int | str,
-    *,
-    start: time,
-    end: time,
-    tz: str,
-    bot: int | str | None,
-    schema: str | None,
-) -> Steps:
-    hours = _checked(start, end, tz)
-    params: dict[str, object] = {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
-    if hours.start == hours.end:
-        yield sql.sa_sql("clear_quiet_hours", resolve_schema(schema)), params
-    else:
-        params |= {"boshi": hours.start, "oxiri": hours.end, "tz": hours.tz}
-        yield sql.sa_sql("set_quiet_hours", resolve_schema(schema)), params
-
-
-def _clear_steps(chat_id: int | str, *, bot: int | str | None, schema: str | None) -> Steps:
-    params = {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
-    yield sql.sa_sql("clear_quiet_hours", resolve_schema(schema)), params
-
-
-def set_quiet_hours(
-    conn: SyncConn,
     chat_id: int | str,
     *,
     start: time,
@@ -84,7 +71,7 @@ def set_quiet_hours(
     tz: str,
     bot: int | str | None = None,
     schema: str | None = None,
-) -> None:
+) -> Steps:
     """Set a chat's quiet hours, in the caller's transaction (never commits).
 
     ``start`` and ``end`` are wall-clock times in the IANA zone ``tz`` (22:00 to 07:00 runs
@@ -93,52 +80,37 @@ def set_quiet_hours(
     ``bot``; None: the rows naming no bot) wait while the hours last. The chat's messages held
     now are judged again by the next claim. An unknown zone is refused (``InvalidInput``).
     """
-    queries.run_sync(conn, _set_steps(chat_id, start=start, end=end, tz=tz, bot=bot, schema=schema))
+    hours = _checked(start, end, tz)
+    params: dict[str, object] = _whose(chat_id, bot)
+    if hours.start == hours.end:
+        yield sql.sa_sql("clear_quiet_hours", resolve_schema(schema)), params
+    else:
+        params |= {"boshi": hours.start, "oxiri": hours.end, "tz": hours.tz}
+        yield sql.sa_sql("set_quiet_hours", resolve_schema(schema)), params
 
 
-async def set_quiet_hours_async(
-    conn: AsyncAppConn,
-    chat_id: int | str,
-    *,
-    start: time,
-    end: time,
-    tz: str,
-    bot: int | str | None = None,
-    schema: str | None = None,
-) -> None:
-    """``set_quiet_hours`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    steps = _set_steps(chat_id, start=start, end=end, tz=tz, bot=bot, schema=schema)
-    await queries.run_async(conn, steps)
-
-
-def clear_quiet_hours(
-    conn: SyncConn, chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
-) -> None:
+def _clear_steps(
+    chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
+) -> Steps:
     """Remove a chat's quiet hours, in the caller's transaction (never commits); its held
     messages are due again from the moment they were due before."""
-    queries.run_sync(conn, _clear_steps(chat_id, bot=bot, schema=schema))
+    yield sql.sa_sql("clear_quiet_hours", resolve_schema(schema)), _whose(chat_id, bot)
 
 
-async def clear_quiet_hours_async(
-    conn: AsyncAppConn,
-    chat_id: int | str,
-    *,
-    bot: int | str | None = None,
-    schema: str | None = None,
-) -> None:
-    """``clear_quiet_hours`` for an ``AsyncSession`` or ``AsyncConnection``."""
-    await queries.run_async(conn, _clear_steps(chat_id, bot=bot, schema=schema))
-
-
-def _get_steps(chat_id: int | str, *, bot: int | str | None, schema: str | None) -> Steps:
-    params = {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
-    found = (yield sql.sa_sql("quiet_hours_of", resolve_schema(schema)), params).first()
+def _get_steps(
+    chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
+) -> Steps:
+    """A chat's quiet hours (``start``, ``end``, ``tz``) for ``bot`` (None: the rows naming no
+    bot), or None if it has none; read in the caller's transaction."""
+    query = sql.sa_sql("quiet_hours_of", resolve_schema(schema))
+    found = (yield query, _whose(chat_id, bot)).first()
     return None if found is None else QuietHours(found[0], found[1], found[2])
 
 
-def get_quiet_hours(
-    conn: SyncConn, chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
-) -> QuietHours | None:
-    """A chat's quiet hours (``start``, ``end``, ``tz``), or None if it has none."""
-    found: QuietHours | None = queries.run_sync(conn, _get_steps(chat_id, bot=bot, schema=schema))
-    return found
+def _nothing(_result: object) -> None:
+    return None
+
+
+set_quiet_hours, set_quiet_hours_async = app_twins("set_quiet_hours", _set_steps, _nothing)
+clear_quiet_hours, clear_quiet_hours_async = app_twins("clear_quiet_hours", _clear_steps, _nothing)
+get_quiet_hours, get_quiet_hours_async = app_twins("get_quiet_hours", _get_steps, _found_hours)

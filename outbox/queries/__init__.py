@@ -31,6 +31,8 @@ from outbox.queries._common import (
     AnyConn,
     Operation,
     SyncConn,
+    app_steps,
+    app_twins,
     run_async,
     run_sync,
     schema_facts,
@@ -41,7 +43,7 @@ from outbox.queries._common import (
 # here, as before, though not part of __all__.
 from outbox.queries._common import AsyncConn as AsyncConn
 from outbox.queries._common import Steps as Steps
-from outbox.queries.app import Lane, cancel, enqueue, sent_keys, unblock_chat, update_pending
+from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.claim import (
     ClaimedRow,
@@ -146,6 +148,8 @@ __all__ = [
     "SyncConn",
     "TokenState",
     "announce_pause",
+    "app_steps",
+    "app_twins",
     "backlog",
     "batch_progress",
     "bot_status",
@@ -192,7 +196,6 @@ __all__ = [
     "still_claimed",
     "stop_paid_lane",
     "try_maintenance_lock",
-    "unblock_chat",
     "unpaused_lag",
     "unserved_queues",
     "update_pending",

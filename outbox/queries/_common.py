@@ -17,8 +17,9 @@ once per schema (``_sql`` and ``_text``); a state is written ``{pending}``, ``{i
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Generator, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Generic, ParamSpec, TypeVar
+import inspect
+from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import psycopg
 import sqlalchemy as sa
@@ -39,6 +40,7 @@ AnyConn = psycopg.Connection[Any] | Connection | Session
 
 P = ParamSpec("P")
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 # An app-side operation is a generator of (statement, parameters) pairs that receives each
@@ -65,6 +67,49 @@ async def run_async(conn: AsyncAppConn, steps: Steps) -> Any:
             statement, params = steps.send(await conn.execute(statement, params))
     except StopIteration as done:
         return done.value
+
+
+def app_twins(
+    name: str, steps: Callable[P, Steps], answer: Callable[[Any], R]
+) -> tuple[
+    Callable[Concatenate[SyncConn, P], R],
+    Callable[Concatenate[AsyncAppConn, P], Coroutine[Any, Any, R]],
+]:
+    """The sync function ``name`` of the app's API and its ``*_async`` twin, one body for both:
+    ``steps`` checks the arguments and gives the statements, ``answer`` makes the result of the
+    operation the function's. Each takes the app's connection or session, then ``steps``'s own
+    parameters (as ``help()`` shows); the sync one has ``steps``'s docstring."""
+
+    def run(conn: SyncConn, *args: P.args, **kwargs: P.kwargs) -> R:
+        return answer(run_sync(conn, steps(*args, **kwargs)))
+
+    async def run_awaited(conn: AsyncAppConn, *args: P.args, **kwargs: P.kwargs) -> R:
+        return answer(await run_async(conn, steps(*args, **kwargs)))
+
+    own = inspect.signature(steps)
+    twins = (
+        (run, name, "SyncConn", steps.__doc__),
+        (
+            run_awaited,
+            f"{name}_async",
+            "AsyncAppConn",
+            f"``{name}`` for an ``AsyncSession`` or ``AsyncConnection``.",
+        ),
+    )
+    for function, called, conn_type, doc in twins:
+        function.__name__ = function.__qualname__ = called
+        function.__module__ = steps.__module__
+        function.__doc__ = doc
+        conn = inspect.Parameter(
+            "conn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=conn_type
+        )
+        parameters = [conn, *own.parameters.values()]
+        function.__dict__["__signature__"] = own.replace(
+            parameters=parameters, return_annotation=inspect.Signature.empty
+        )
+    # ``conn`` may still be passed by name, as before; a type checker has it positional only
+    # (``Concatenate``), the one way it can add a parameter to ``steps``'s.
+    return run, run_awaited  # type: ignore[return-value]
 
 
 # --- operations: named queries in sequence -----------------------------------------------------
@@ -115,6 +160,19 @@ class Operation(Generic[P, T]):
 
 def operation(steps: Callable[P, Reading[T]]) -> Operation[P, T]:
     return Operation(steps)
+
+
+def app_steps(reading: Reading[T]) -> Steps:
+    """An operator's operation as the app's statements (``run_sync``, ``run_async``), so that
+    the app's ``AsyncSession`` or ``AsyncConnection`` runs it too."""
+    try:
+        name, schema, params = next(reading)
+        while True:
+            result = yield sql.sa_sql(name, schema), params
+            rows = list(result.fetchall()) if result.returns_rows else []
+            name, schema, params = reading.send(rows)
+    except StopIteration as done:
+        return done.value
 
 
 # --- the schema itself -------------------------------------------------------------------------

@@ -95,10 +95,3 @@ def sent_keys(*, schema: str, keys: Sequence[str]) -> Steps:
     result = yield sql.sa_sql("sent_keys", schema), {"keys": list(keys)}
     found = {str(key) for key in result.scalars()}
     return [key for key in keys if key in found]
-
-
-def unblock_chat(*, schema: str, bot: str | None, chat: str) -> Steps:
-    """Forget that ``chat`` is gone for ``bot`` (None: the rows naming no bot); whether it was."""
-    params = {"bot": bot or "", "suhbat": chat}
-    result = yield sql.sa_sql("unblock_chat", schema), params
-    return result.first() is not None

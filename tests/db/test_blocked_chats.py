@@ -301,12 +301,15 @@ def test_unblock_chat_refuses_bad_input(engine: sa.Engine, chat: Any, bot: Any) 
     assert "\n" not in str(refused.value)
 
 
-def test_unblock_chat_async_in_the_apps_transaction(engine: sa.Engine, db_url: str) -> None:
+@pytest.mark.parametrize("driver", ["psycopg", "asyncpg"])
+def test_unblock_chat_async_in_the_apps_transaction(
+    engine: sa.Engine, db_url: str, driver: str
+) -> None:
     with engine.begin() as conn:
         conn.execute(sa.text("INSERT INTO bloklangan (suhbat) VALUES ('@news')"))
 
     async def go() -> tuple[bool, bool]:
-        eng = create_async_engine("postgresql+psycopg://" + db_url.split("://", 1)[1])
+        eng = create_async_engine(f"postgresql+{driver}://" + db_url.split("://", 1)[1])
         try:
             async with eng.begin() as conn:
                 first = await unblock_chat_async(conn, "@news")

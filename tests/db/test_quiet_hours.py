@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from datetime import datetime, time, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 import sqlalchemy as sa
@@ -18,8 +18,12 @@ from outbox import enqueue, enqueue_many, get_message
 from outbox.errors import InvalidInput
 from outbox.quiet import QuietHours, quiet_until, zone
 from outbox.states import State
+from tests.db.test_app_api import _run_async
 from tests.db.test_chat_order import claim, write
 from tests.support import text
+
+if TYPE_CHECKING:
+    from outbox.queries import AsyncAppConn
 
 pytestmark = pytest.mark.filterwarnings("error")
 ZONE = "Asia/Tashkent"
@@ -217,6 +221,31 @@ def test_the_async_twins(engine: sa.Engine, db_url: str) -> None:
 
     asyncio.run(clear())
     assert claim(db_url) == ["async-1"]
+
+
+@pytest.mark.parametrize(("driver", "kind"), [("psycopg", "session"), ("asyncpg", "connection")])
+def test_the_async_reader_reads_what_the_sync_one_does(
+    engine: sa.Engine, db_url: str, driver: str, kind: str
+) -> None:
+    set_hours(engine, 9, time(22, 0, 30), time(7), bot=42)
+    with engine.connect() as conn:
+        hours = outbox.get_quiet_hours(conn, 9, bot=42)
+    assert hours == QuietHours(time(22, 0, 30), time(7), ZONE)
+
+    async def read(conn: AsyncAppConn) -> list[QuietHours | None]:
+        return [
+            await outbox.get_quiet_hours_async(conn, "9", bot="42"),
+            await outbox.get_quiet_hours_async(conn, 9),  # the rows naming no bot have none
+            await outbox.get_quiet_hours_async(conn, 10, bot=42),
+        ]
+
+    assert _run_async(db_url, driver, kind, read) == [hours, None, None]
+
+    async def refused(conn: AsyncAppConn) -> QuietHours | None:
+        return await outbox.get_quiet_hours_async(conn, True)
+
+    with pytest.raises(InvalidInput, match="chat_id must be a number or an @username"):
+        _run_async(db_url, driver, kind, refused)
 
 
 def test_a_row_that_expires_inside_the_hours_waits_until_its_expiry(

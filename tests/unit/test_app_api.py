@@ -7,6 +7,8 @@ Here the unit tier's tests (no database); the others are in ``tests/db/test_app_
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import os
 import sys
 from typing import Any
@@ -77,3 +79,43 @@ def test_embedded_without_its_extra_is_one_line_naming_the_extra(
     err = capsys.readouterr().err
     assert code == 3
     assert "pip install 'outbox-telegram[embedded]'" in _one_line(err, f"{program}: ")
+
+
+# --- the sync and async twins: one body, the same parameters -----------------------------------
+
+TWINS = [
+    "cancel",
+    "clear_quiet_hours",
+    "enqueue",
+    "enqueue_many",
+    "get_quiet_hours",
+    "set_quiet_hours",
+    "unblock_chat",
+    "update_pending",
+]
+
+
+@pytest.mark.parametrize("name", TWINS)
+def test_each_twin_takes_the_connection_then_the_same_parameters(name: str) -> None:
+    import outbox
+
+    sync, awaited = getattr(outbox, name), getattr(outbox, f"{name}_async")
+    assert (sync.__name__, awaited.__name__) == (name, f"{name}_async")
+    assert not inspect.iscoroutinefunction(sync) and inspect.iscoroutinefunction(awaited)
+    ours, theirs = inspect.signature(sync), inspect.signature(awaited)
+    assert next(iter(ours.parameters)) == next(iter(theirs.parameters)) == "conn"
+    assert ours.parameters["conn"].annotation == "SyncConn"
+    assert theirs.parameters["conn"].annotation == "AsyncAppConn"
+    assert list(ours.parameters.values())[1:] == list(theirs.parameters.values())[1:]
+    assert sync.__doc__ and f"``{name}`` for an ``AsyncSession``" in awaited.__doc__
+
+
+def test_a_twin_checks_its_arguments_before_the_connection_is_used() -> None:
+    import outbox
+    from outbox.errors import InvalidInput
+
+    # No connection at all: the refusal comes first, and conn may be given by name.
+    with pytest.raises(InvalidInput, match="chat_id takes a Telegram chat id"):
+        outbox.unblock_chat(conn=None, chat_id="not a chat")  # type: ignore[call-arg]
+    with pytest.raises(InvalidInput, match="non-empty key"):
+        asyncio.run(outbox.enqueue_async(None, key="", payload={}))  # type: ignore[arg-type]
