@@ -11,9 +11,13 @@ the chat as outbox_0016 keys it; ``vaqt`` when it was learned, ``xato`` Telegram
 ``manba`` the id of the row that learned it. The table is logged: a crash does not forget a
 block. The relay writes it in the statement that records the outcome; plain SQL may too.
 
-``outbox_unreachable_chat`` (before insert, named to run after ``outbox_order_fill``, which sets
-``suhbat``: PostgreSQL runs triggers of one timing in name order) ends a new row to a blocked
-pair at once: ``xato``, the code ``chat_blocked``, no request and no budget spent.
+``outbox_order_fill`` (outbox_0016's insert trigger, which sets ``suhbat``) is replaced by one
+that goes on to end a new row to a blocked pair at once: ``xato``, the code ``chat_blocked``, no
+request and no budget spent. One trigger call per row, not a trigger of its own: plain SQL
+inserts are covered too. Its probe of ``bloklangan`` is skipped for a row with no chat, and for
+a row that comes with ``suhbat`` ``''`` and a ``chat_id``: the insert has looked the chat up
+itself (``enqueue_many`` joins ``bloklangan`` once per statement; the trigger then fills the
+row's ``suhbat`` as for any row).
 ``bloklangan_end_waiting`` (after insert on ``bloklangan``) ends the pair's waiting rows
 (``kutmoqda``, not those a relay has claimed) the same way. Deleting the pair
 (``outbox.unblock_chat``) lets the next message go; rows ended before stay ended (a replay
@@ -22,12 +26,20 @@ sends them).
 One race is left: a row inserted while another transaction records the block (neither sees
 the other's uncommitted row) stays waiting and is sent once; its 403 ends it.
 
-Locks: creating the table and the function takes no lock on the outbox's rows; CREATE TRIGGER
-takes the outbox table's SHARE ROW EXCLUSIVE lock until the revision commits (inserts wait,
-claims and reads do not). No row is read or rewritten. Measured on an outbox of 1,000,000 rows
-(10,000 pending) by ``python -m bench --only migration``: the whole upgrade 0.17 s, the longest
-enqueue beside it 0.02 s. An insert costs a primary-key probe of ``bloklangan`` more
-(docs/decisions.md).
+Locks: creating the table, its trigger and the functions, and replacing ``outbox_order_fill``,
+take no lock on the outbox (a new insert uses the new function once the revision commits). No
+row is read or rewritten. Measured on an outbox of 1,000,000 rows (10,000 pending) by
+``python -m bench --only migration``, when the check was a trigger of its own (whose CREATE
+TRIGGER locked the outbox against inserts): the whole upgrade 0.17 s, the longest enqueue
+beside it 0.02 s.
+
+Cost: a single ``enqueue`` pays a primary-key probe of ``bloklangan`` (within the noise), and
+``enqueue_many`` one join per statement: ``python -m bench.insert_cost`` measured it within
+2 % of the rate without the check (docs/decisions.md).
+
+Rolling upgrade: a relay or app of the previous release keeps working against this schema; its
+``enqueue_many`` sends no ``suhbat``, so each of its rows is probed by the trigger (correct,
+at the per-row cost). The downgrade puts back outbox_0016's ``outbox_order_fill``.
 """
 
 from __future__ import annotations
