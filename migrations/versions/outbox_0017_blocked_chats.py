@@ -35,7 +35,7 @@ beside it 0.02 s.
 
 Cost: a single ``enqueue`` pays a primary-key probe of ``bloklangan`` (within the noise), and
 ``enqueue_many`` one join per statement: ``python -m bench.insert_cost`` measured it within
-2 % of the rate without the check (docs/decisions.md).
+3 % of the rate without the check (docs/decisions.md).
 
 Rolling upgrade: a relay or app of the previous release keeps working against this schema; its
 ``enqueue_many`` sends no ``suhbat``, so each of its rows is probed by the trigger (correct,
