@@ -407,3 +407,36 @@ def test_a_group_moved_then_kicked_is_blocked_under_its_new_id(
         enqueue(conn, key="old-id", payload=text(-55, 2))
     assert rows(engine)["g2"] == ("xato", "chat_blocked")
     assert rows(engine)["old-id"] == ("kutmoqda", None)
+
+
+def test_the_downgrade_gives_back_the_fill_without_the_check(
+    engine: sa.Engine, db_url: str
+) -> None:
+    from alembic import command
+
+    from outbox import migrate
+    from outbox.schema import current_schema
+
+    config = migrate._config(db_url, migrate.SCRIPT_PACKAGE, current_schema())
+    command.downgrade(config, "outbox_0016")
+    with engine.begin() as conn:  # outbox_0016's fill, which reads no bloklangan
+        conn.execute(
+            sa.text(
+                "INSERT INTO outbox (kalit, payload) VALUES "
+                """('before', '{"chat_id": 12, "text": "a"}'), """
+                """('before-2', '{"chat_id": 12, "text": "b"}')"""
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO outbox (kalit, payload, suhbat) VALUES "
+                """('given', '{"chat_id": 12, "text": "c"}', '')"""
+            )
+        )
+    command.upgrade(config, "head")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO bloklangan (suhbat) VALUES ('12')"))
+        enqueue(conn, key="after", payload=text(12, 3))
+        chats = {r[0]: r[1] for r in conn.execute(sa.text("SELECT kalit, suhbat FROM outbox"))}
+    assert chats == {"before": "12", "before-2": "12", "given": "12", "after": "12"}
+    assert set(rows(engine).values()) == {("xato", "chat_blocked")}
