@@ -5,7 +5,8 @@ A 20,000-message batch to 2,000 chats (ten rounds of one message per chat, enque
 with 403 "bot was blocked by the user". One relay, the bot's limit raised to 1,000/s so that the
 batch runs in well under a minute; the per-chat spacing stays Telegram's (1/s). Counted from the
 fake's own request log: the requests each blocked chat received (target: at most one), the
-deliveries to the others, and how the blocked chats' rows ended.
+deliveries to the others, and how the blocked chats' rows ended. Then what the check costs an
+insert (``bench/insert_cost.py``): ``enqueue_many`` with and without it, alternating.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from collections import Counter
 
 import psycopg
 
+from bench import insert_cost
 from bench.harness import FakeBotApi, Figure, Options, RelayProcess, Server
 from outbox.broadcast import enqueue_many
 from outbox.db import create_engine
@@ -63,6 +65,7 @@ def run(server: Server, options: Options) -> list[Figure]:
     if "Traceback" in log:
         options.say(f"relay log:\n{log}")
     expected = (chats - len(blocked)) * ROUNDS
+    cost = insert_cost.measure(server, options, options.scale(5, 3))
     return [
         Figure(
             "15",
@@ -86,6 +89,19 @@ def run(server: Server, options: Options) -> list[Figure]:
             target=f"{len(blocked) * (ROUNDS - 1)}",
             met=ended.get("chat_blocked", 0) == len(blocked) * (ROUNDS - 1),
             note=f"{ended.get('blocked', 0)} ended with Telegram's 403 (code blocked)",
+        ),
+        Figure(
+            "15",
+            "enqueue_many with the blocked-chat check, against the same without it",
+            round(cost.bulk_change * 100.0, 1),
+            "%",
+            target=">= -5",
+            met=cost.bulk_change >= -0.05,
+            note=(
+                f"{cost.bulk_with:,.0f} against {cost.bulk_without:,.0f} rows/s; a single "
+                f"enqueue {cost.single_with_us:.0f} against {cost.single_without_us:.0f} us "
+                "(medians, alternating; python -m bench.insert_cost)"
+            ),
         ),
     ]
 

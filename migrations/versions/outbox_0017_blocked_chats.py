@@ -11,9 +11,13 @@ the chat as outbox_0016 keys it; ``vaqt`` when it was learned, ``xato`` Telegram
 ``manba`` the id of the row that learned it. The table is logged: a crash does not forget a
 block. The relay writes it in the statement that records the outcome; plain SQL may too.
 
-``outbox_unreachable_chat`` (before insert, named to run after ``outbox_order_fill``, which sets
-``suhbat``: PostgreSQL runs triggers of one timing in name order) ends a new row to a blocked
-pair at once: ``xato``, the code ``chat_blocked``, no request and no budget spent.
+``outbox_order_fill`` (outbox_0016's insert trigger, which sets ``suhbat``) is replaced by one
+that goes on to end a new row to a blocked pair at once: ``xato``, the code ``chat_blocked``, no
+request and no budget spent. One trigger call per row, not a trigger of its own: plain SQL
+inserts are covered too. Its probe of ``bloklangan`` is skipped for a row with no chat, and for
+a row that comes with ``suhbat`` ``''`` and a ``chat_id``: the insert has looked the chat up
+itself (``enqueue_many`` joins ``bloklangan`` once per statement; the trigger then fills the
+row's ``suhbat`` as for any row).
 ``bloklangan_end_waiting`` (after insert on ``bloklangan``) ends the pair's waiting rows
 (``kutmoqda``, not those a relay has claimed) the same way. Deleting the pair
 (``outbox.unblock_chat``) lets the next message go; rows ended before stay ended (a replay
@@ -22,12 +26,20 @@ sends them).
 One race is left: a row inserted while another transaction records the block (neither sees
 the other's uncommitted row) stays waiting and is sent once; its 403 ends it.
 
-Locks: creating the table and the function takes no lock on the outbox's rows; CREATE TRIGGER
-takes the outbox table's SHARE ROW EXCLUSIVE lock until the revision commits (inserts wait,
-claims and reads do not). No row is read or rewritten. Measured on an outbox of 1,000,000 rows
-(10,000 pending) by ``python -m bench --only migration``: the whole upgrade 0.17 s, the longest
-enqueue beside it 0.02 s. An insert costs a primary-key probe of ``bloklangan`` more
-(docs/decisions.md).
+Locks: creating the table, its trigger and the functions, and replacing ``outbox_order_fill``,
+take no lock on the outbox (a new insert uses the new function once the revision commits). No
+row is read or rewritten. Measured on an outbox of 1,000,000 rows (10,000 pending) by
+``python -m bench --only migration``, when the check was a trigger of its own (whose CREATE
+TRIGGER locked the outbox against inserts): the whole upgrade 0.17 s, the longest enqueue
+beside it 0.02 s.
+
+Cost: a single ``enqueue`` pays a primary-key probe of ``bloklangan`` (within the noise), and
+``enqueue_many`` one join per statement: ``python -m bench.insert_cost`` measured it within
+3 % of the rate without the check (docs/decisions.md).
+
+Rolling upgrade: a relay or app of the previous release keeps working against this schema; its
+``enqueue_many`` sends no ``suhbat``, so each of its rows is probed by the trigger (correct,
+at the per-row cost). The downgrade puts back outbox_0016's ``outbox_order_fill``.
 """
 
 from __future__ import annotations
@@ -59,28 +71,66 @@ def _reason(row: str, pair: str) -> str:
     )
 
 
-def _on_insert(s: str) -> str:
+# outbox_0016's fill, written out (a revision must not change): the row's place and chat.
+_CHAT_CHARS = 64
+
+
+def _fill(s: str, check: str) -> str:
+    pair = (
+        f"\n    pair {s}.bloklangan%ROWTYPE;"
+        "\n    checked boolean := TG_OP = 'INSERT' AND NEW.suhbat IS NOT DISTINCT FROM '';"
+        if check
+        else ""
+    )
     return f"""
-CREATE FUNCTION {s}.outbox_unreachable_chat() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE OR REPLACE FUNCTION {s}.outbox_order_fill() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
-    pair {s}.bloklangan%ROWTYPE;
+    chat text;{pair}
 BEGIN
-    IF NEW.suhbat IS NULL OR NEW.holat <> 'kutmoqda' THEN
-        RETURN NEW;
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.tartib IS NULL THEN
+            NEW.tartib := NEW.keyingi_urinish;
+        ELSIF NEW.tartib = 'infinity' THEN
+            NEW.tartib := NULL;
+        END IF;
     END IF;
-    SELECT * INTO pair FROM {s}.bloklangan b
-    WHERE b.bot = coalesce(NEW.bot, '') AND b.suhbat = NEW.suhbat;
-    IF FOUND THEN
-        NEW.holat := 'xato';
-        NEW.xato_turi := '{_CODE}';
-        NEW.oxirgi_xato := {_reason("NEW", "pair")};
-        NEW.xato_vaqti := now();
-        NEW.tarix := NEW.tarix || jsonb_build_array(jsonb_build_object(
-            'vaqt', now(), 'urinish', 0, 'xato', NEW.oxirgi_xato, 'xato_turi', '{_CODE}'));
+    chat := NEW.payload ->> 'chat_id';
+    IF chat IS NULL AND jsonb_typeof(NEW.payload) = 'object' AND NEW.payload ? 'message_key' THEN
+        chat := coalesce(
+            (SELECT y.chat_id::text FROM {s}.yuborilgan y
+             WHERE y.kalit = NEW.payload ->> 'message_key'),
+            (SELECT o.suhbat FROM {s}.outbox o WHERE o.kalit = NEW.payload ->> 'message_key'));
     END IF;
+    NEW.suhbat := CASE WHEN length(chat) <= {_CHAT_CHARS} THEN chat END;{check}
     RETURN NEW;
 END
 $$"""
+
+
+def _blocked_check(s: str) -> str:
+    """The check a new row to a blocked pair is ended by, at the end of the fill: once the row
+    has its ``suhbat``, on insert only, and without a probe for a row with no chat, nor for a
+    row whose insert checked its ``chat_id`` itself (``enqueue_many``: one join per statement)."""
+    return f"""
+    IF TG_OP = 'INSERT' AND NEW.suhbat IS NOT NULL AND NEW.holat = 'kutmoqda'
+       AND NOT (checked AND NEW.payload ? 'chat_id') THEN
+        SELECT * INTO pair FROM {s}.bloklangan b
+        WHERE b.bot = coalesce(NEW.bot, '') AND b.suhbat = NEW.suhbat;
+        IF FOUND THEN
+            NEW.holat := 'xato';
+            NEW.xato_turi := '{_CODE}';
+            NEW.oxirgi_xato := {_reason("NEW", "pair")};
+            NEW.xato_vaqti := now();
+            NEW.tarix := NEW.tarix || jsonb_build_array(jsonb_build_object(
+                'vaqt', now(), 'urinish', 0, 'xato', NEW.oxirgi_xato, 'xato_turi', '{_CODE}'));
+        END IF;
+    END IF;"""
+
+
+def previous_fill(s: str) -> str:
+    """outbox_0016's ``outbox_order_fill``, without the check: the downgrade's, and the bench's
+    measure of what the check costs."""
+    return _fill(s, "")
 
 
 def _end_waiting(s: str) -> str:
@@ -132,11 +182,7 @@ def upgrade() -> None:
         )
         """
     )
-    op.execute(_on_insert(s))
-    op.execute(
-        f"CREATE TRIGGER outbox_unreachable_chat BEFORE INSERT ON {s}.outbox FOR EACH ROW "
-        f"EXECUTE FUNCTION {s}.outbox_unreachable_chat()"
-    )
+    op.execute(_fill(s, _blocked_check(s)))
     op.execute(_end_waiting(s))
     op.execute(
         f"CREATE TRIGGER bloklangan_end_waiting AFTER INSERT ON {s}.bloklangan FOR EACH ROW "
@@ -147,8 +193,7 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     s = f'"{target_schema()}"'
-    op.execute(f"DROP TRIGGER outbox_unreachable_chat ON {s}.outbox")
-    op.execute(f"DROP FUNCTION {s}.outbox_unreachable_chat()")
+    op.execute(previous_fill(s))
     op.execute(f"DROP TABLE {s}.bloklangan")
     op.execute(f"DROP FUNCTION {s}.bloklangan_end_waiting()")
     op.execute(revision_comment(down_revision))

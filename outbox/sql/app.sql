@@ -36,18 +36,24 @@ SELECT id FROM outbox WHERE kalit = :kalit;
 -- name: enqueue_many
 -- The whole list in one statement: one JSON document (json.dumps builds it in C), one insert,
 -- one NOTIFY from the statement trigger. Keys already present are left as they are; the answer
--- is how many were new.
+-- is how many were new. The rows' chats are looked up in bloklangan here, one join for the
+-- statement: a row whose chat_id no pair names comes with suhbat '' (checked), and the row
+-- trigger skips its own probe for it; a row to a blocked pair, or naming no chat_id, is probed
+-- and ended by the trigger as any insert is.
 WITH inserted AS (
     INSERT INTO outbox (tur, kalit, payload, keyingi_urinish, navbat, partiya, ustuvorlik,
-                        eng_erta, eskirish, bot, traceparent, tracestate, tartib, tinch)
+                        eng_erta, eskirish, bot, traceparent, tracestate, tartib, tinch, suhbat)
     SELECT :tur, r.kalit, r.payload, coalesce(CAST(:run_at AS timestamptz), now()), :navbat,
            CAST(:partiya AS text), :ustuvorlik, CAST(:eng_erta AS timestamptz),
            CAST(:eskirish AS timestamptz), CAST(:bot AS text), CAST(:traceparent AS text),
            CAST(:tracestate AS text),
            -- NULL: the row trigger gives each its first due time; 'infinity': no place.
            CASE WHEN CAST(:ordered AS boolean) THEN NULL ELSE CAST('infinity' AS timestamptz) END,
-           CAST(:tinch AS boolean)
+           CAST(:tinch AS boolean),
+           CASE WHEN b.suhbat IS NULL AND r.payload ->> 'chat_id' IS NOT NULL THEN '' END
     FROM json_to_recordset(CAST(:rows AS json)) AS r(kalit text, payload jsonb)
+    LEFT JOIN bloklangan b
+        ON b.bot = coalesce(CAST(:bot AS text), '') AND b.suhbat = r.payload ->> 'chat_id'
     ON CONFLICT (kalit) DO NOTHING
     RETURNING 1
 )

@@ -187,6 +187,43 @@ def test_a_follow_up_goes_by_its_originals_chat(engine: sa.Engine) -> None:
     assert rows(engine) == {"orig": ("xato", "chat_blocked"), "edit": ("xato", "chat_blocked")}
 
 
+def test_enqueue_many_checks_its_chats_in_one_join(engine: sa.Engine) -> None:
+    """The bulk statement looks its chat_ids up itself and the trigger skips their probe; a
+    pair of another bot, and a follow-up naming no chat_id, are still told apart."""
+    with engine.begin() as conn:
+        enqueue(conn, key="orig", payload=text(8, 1), bot=111)
+        conn.execute(
+            sa.text("INSERT INTO bloklangan (bot, suhbat) VALUES ('111', '8'), ('222', '9')")
+        )
+        enqueue_many(
+            conn,
+            [
+                ("to-8", text(8, 2)),
+                ("to-9", text(9, 1)),
+                ("to-10", text(10, 1)),
+                ("edit", {"method": "editMessageText", "message_key": "orig", "text": "new"}),
+            ],
+            bot=111,
+        )
+        enqueue_many(conn, [("other-9", text(9, 2)), ("other-8", text(8, 3))], bot=222)
+        chats = {r[0]: r[1] for r in conn.execute(sa.text("SELECT kalit, suhbat FROM outbox"))}
+    assert rows(engine) == {
+        "orig": ("xato", "chat_blocked"),
+        "to-8": ("xato", "chat_blocked"),
+        "to-9": ("kutmoqda", None),
+        "to-10": ("kutmoqda", None),
+        "edit": ("xato", "chat_blocked"),
+        "other-9": ("xato", "chat_blocked"),
+        "other-8": ("kutmoqda", None),
+    }
+    # The statement's "checked" mark is no chat: every row has its own.
+    assert chats == {
+        "orig": "8", "to-8": "8", "to-9": "9", "to-10": "10", "edit": "8", "other-9": "9",
+        "other-8": "8",
+    }  # fmt: skip
+    assert reason(engine, "to-8").endswith("outbox chats --unblock 8 --bot 111")
+
+
 def test_replay_of_a_blocked_chats_row_is_refused(
     engine: sa.Engine, db_url: str, capsys: pytest.CaptureFixture[str], monkeypatch: Any
 ) -> None:
@@ -373,3 +410,36 @@ def test_a_group_moved_then_kicked_is_blocked_under_its_new_id(
         enqueue(conn, key="old-id", payload=text(-55, 2))
     assert rows(engine)["g2"] == ("xato", "chat_blocked")
     assert rows(engine)["old-id"] == ("kutmoqda", None)
+
+
+def test_the_downgrade_gives_back_the_fill_without_the_check(
+    engine: sa.Engine, db_url: str
+) -> None:
+    from alembic import command
+
+    from outbox import migrate
+    from outbox.schema import current_schema
+
+    config = migrate._config(db_url, migrate.SCRIPT_PACKAGE, current_schema())
+    command.downgrade(config, "outbox_0016")
+    with engine.begin() as conn:  # outbox_0016's fill, which reads no bloklangan
+        conn.execute(
+            sa.text(
+                "INSERT INTO outbox (kalit, payload) VALUES "
+                """('before', '{"chat_id": 12, "text": "a"}'), """
+                """('before-2', '{"chat_id": 12, "text": "b"}')"""
+            )
+        )
+        conn.execute(
+            sa.text(
+                "INSERT INTO outbox (kalit, payload, suhbat) VALUES "
+                """('given', '{"chat_id": 12, "text": "c"}', '')"""
+            )
+        )
+    command.upgrade(config, "head")
+    with engine.begin() as conn:
+        conn.execute(sa.text("INSERT INTO bloklangan (suhbat) VALUES ('12')"))
+        enqueue(conn, key="after", payload=text(12, 3))
+        chats = {r[0]: r[1] for r in conn.execute(sa.text("SELECT kalit, suhbat FROM outbox"))}
+    assert chats == {"before": "12", "before-2": "12", "given": "12", "after": "12"}
+    assert set(rows(engine).values()) == {("xato", "chat_blocked")}
