@@ -13,7 +13,7 @@ from datetime import time
 from typing import TYPE_CHECKING
 
 from outbox import sql
-from outbox.api import bot_column
+from outbox.api import bot_column, chat_column
 from outbox.errors import InvalidInput
 from outbox.queries import app_twins
 from outbox.quiet import QuietHours, zone
@@ -49,18 +49,10 @@ def _found_hours(found: QuietHours | None) -> QuietHours | None:
     return found
 
 
-def _chat(chat_id: object) -> str:
-    if isinstance(chat_id, bool) or not isinstance(chat_id, int | str):
-        raise InvalidInput(f"chat_id must be a number or an @username, got {chat_id!r}")
-    chat = str(chat_id)
-    if not chat or len(chat) > 64:
-        raise InvalidInput(f"chat_id {chat_id!r} is no chat Telegram knows")
-    return chat
-
-
 def _whose(chat_id: object, bot: int | str | None) -> dict[str, object]:
     """The chat's and the bot's parameters of every quiet-hours statement."""
-    return {"chat": _chat(chat_id), "bot": bot_column(bot) or ""}
+    # The chat as the outbox keys it (suhbat): "007" and 7 are one chat.
+    return {"chat": chat_column(chat_id), "bot": bot_column(bot) or ""}
 
 
 def _set_steps(

@@ -180,6 +180,20 @@ def test_hours_belong_to_one_bot(engine: sa.Engine, db_url: str) -> None:
     assert claim(db_url) == ["unnamed"]
 
 
+def test_a_chat_id_is_one_chat_however_it_is_written(engine: sa.Engine, db_url: str) -> None:
+    # Hours set for "0012" hold the rows to chat 12, as every other chat-keyed call reads it.
+    start, end = around_now(engine)
+    with engine.begin() as conn:
+        outbox.set_quiet_hours(conn, "0012", start=start, end=end, tz=ZONE)
+        assert outbox.get_quiet_hours(conn, 12) == QuietHours(start, end, ZONE)
+    put(engine, "held", 12, quiet=True)
+    assert claim(db_url) == []
+    with engine.begin() as conn:
+        for bad in ("twelve", "@", 10**21):
+            with pytest.raises(InvalidInput, match="chat_id takes a Telegram chat id"):
+                outbox.set_quiet_hours(conn, bad, start=start, end=end, tz=ZONE)
+
+
 def test_an_unknown_zone_is_refused_and_nothing_written(engine: sa.Engine) -> None:
     with (
         pytest.raises(InvalidInput, match="unknown time zone 'Asia/Samarkandia'"),
@@ -244,7 +258,7 @@ def test_the_async_reader_reads_what_the_sync_one_does(
     async def refused(conn: AsyncAppConn) -> QuietHours | None:
         return await outbox.get_quiet_hours_async(conn, True)
 
-    with pytest.raises(InvalidInput, match="chat_id must be a number or an @username"):
+    with pytest.raises(InvalidInput, match="chat_id takes a Telegram chat id"):
         _run_async(db_url, driver, kind, refused)
 
 
