@@ -6,14 +6,19 @@
 -- Per lane (a bot's rows of a queue; with :unnamed also the queue's rows that name no bot),
 -- one probe of outbox_lane_kutmoqda_idx finds its first pending row; only when that one is due
 -- are its first rows matched against their chats, and only while it is ahead are its windowed
--- rows planned. So a bot with nothing pending costs an index probe per lane. Paused rows are no
--- work: an idle relay does not wake for them, and a drain ends without them. Through epochs: a
+-- rows planned. So a bot with nothing pending costs an index probe per lane. Paused rows, and
+-- the paid rows of a bot whose paid lane a refusal stopped (:paid, a relay with a paid lane),
+-- are no work: an idle relay does not wake for them, and a drain ends without them. Through epochs: a
 -- due time of +-infinity gives +-inf, no error.
 WITH bots AS (
     SELECT * FROM unnest(CAST(:bots AS text[]), CAST(:unnamed AS bool[])) AS b(bot, unnamed)
 ),
 lanes AS (
-    SELECT b.bot, l.k, ARRAY[b.bot, CASE WHEN b.unnamed THEN ':' || q.navbat END] AS ks
+    SELECT b.bot, l.k, ARRAY[b.bot, CASE WHEN b.unnamed THEN ':' || q.navbat END] AS ks,
+           -- The bot's paid lane is stopped (a refusal): its rows are no work until it goes on.
+           CAST(:paid AS boolean) AND coalesce((SELECT h.pullik_pauza_tugashi > now()
+                                                FROM bot_holati h WHERE h.bot = b.bot), false)
+               AS paid_stopped
     FROM bots b
     CROSS JOIN unnest(CAST(:queues AS text[])) AS q(navbat)
     CROSS JOIN LATERAL (SELECT b.bot || ':' || q.navbat AS k
@@ -33,6 +38,7 @@ timed AS (
         SELECT min(o.keyingi_urinish) AS at FROM (
             SELECT o.keyingi_urinish FROM outbox o
             WHERE coalesce(o.bot, '') || ':' || o.navbat = l.k AND o.holat = 'kutmoqda'
+              AND NOT (l.paid_stopped AND o.payload @> '{"allow_paid_broadcast": true}')
               AND (NOT (SELECT paused FROM kinds) OR NOT EXISTS (
                        SELECT 1 FROM pauza z
                        WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
@@ -61,6 +67,7 @@ timed AS (
               FROM outbox o
               WHERE coalesce(o.bot, '') || ':' || o.navbat = l.k AND o.holat = 'kutmoqda'
                 AND f.at <= now()
+                AND NOT (l.paid_stopped AND o.payload @> '{"allow_paid_broadcast": true}')
                 AND (NOT (SELECT paused FROM kinds) OR NOT EXISTS (
                          SELECT 1 FROM pauza z
                          WHERE (z.doira = 'tur' AND z.qiymat = o.tur)

@@ -19,6 +19,7 @@ from outbox.queries import (
     ClaimLimits,
     batch_progress,
     bot_status,
+    bots_timing,
     claim_due,
     claim_lanes,
     ensure_bot,
@@ -168,6 +169,38 @@ def test_a_stopped_paid_lane_starts_again_when_its_hour_has_passed(
         assert 3590 < float(until) <= 3600
         conn.execute(sa.text("UPDATE bot_holati SET pullik_pauza_tugashi = now() - interval '1s'"))
     assert sorted(claim(db_url, ClaimLane.PAID)) == ["paid-0", "paid-1"]
+
+
+def next_due(db_url: str, *, paid: bool) -> float | None:
+    """When the relay's timing says the bot may next have work (seconds from now)."""
+
+    async def timing() -> float | None:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            found = await bots_timing(
+                conn, [BOT], ["default"], schema=SCHEMA, horizon=1.0, paid=paid
+            )
+            return found[BOT].next_due
+
+    return asyncio.run(timing())
+
+
+def test_a_stopped_paid_lane_is_no_work_for_the_timing(engine: sa.Engine, db_url: str) -> None:
+    # A drain ends, and an idle relay sleeps, while only a stopped lane's rows wait.
+    fill(engine, free_rows=0, paid_rows=2)
+    assert stop(db_url) is not None
+    assert next_due(db_url, paid=True) is None
+    # Without a paid lane the rows are the free lane's, which no refusal stops.
+    due = next_due(db_url, paid=False)
+    assert due is not None and due <= 0
+    with engine.begin() as conn:
+        enqueue(conn, key="free-late", payload=free(1), bot=int(BOT))
+    due = next_due(db_url, paid=True)
+    assert due is not None and due <= 0
+    with engine.begin() as conn:
+        assert ops.resume_paid_lane(conn, BOT, schema=SCHEMA) is True
+        conn.execute(sa.text("DELETE FROM outbox WHERE kalit = 'free-late'"))
+    due = next_due(db_url, paid=True)
+    assert due is not None and due <= 0
 
 
 def test_a_batch_counts_its_paid_rows(engine: sa.Engine, db_url: str) -> None:
