@@ -38,7 +38,7 @@ timed AS (
         SELECT min(o.keyingi_urinish) AS at FROM (
             SELECT o.keyingi_urinish FROM outbox o
             WHERE coalesce(o.bot, '') || ':' || o.navbat = l.k AND o.holat = 'kutmoqda'
-              AND NOT (l.paid_stopped AND o.payload @> '{"allow_paid_broadcast": true}')
+              AND NOT (l.paid_stopped AND o.payload @> jsonb_build_object('allow_paid_broadcast', true))
               AND (NOT (SELECT paused FROM kinds) OR NOT EXISTS (
                        SELECT 1 FROM pauza z
                        WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
@@ -67,7 +67,7 @@ timed AS (
               FROM outbox o
               WHERE coalesce(o.bot, '') || ':' || o.navbat = l.k AND o.holat = 'kutmoqda'
                 AND f.at <= now()
-                AND NOT (l.paid_stopped AND o.payload @> '{"allow_paid_broadcast": true}')
+                AND NOT (l.paid_stopped AND o.payload @> jsonb_build_object('allow_paid_broadcast', true))
                 AND (NOT (SELECT paused FROM kinds) OR NOT EXISTS (
                          SELECT 1 FROM pauza z
                          WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
