@@ -191,12 +191,16 @@ def run(server: Server, options: Options) -> list[Figure]:
         ),
         Figure(
             "2",
-            "relay, Bot API answering after 100 ms",
+            f"relay, Bot API answering after 100 ms, {IN_FLIGHT} in flight",
             slow_rate,
             "msg/s",
-            target=">= 500/s",
-            met=slow_rate >= 500,
-            note=f"{slow_messages:,} messages",
+            baseline="relay through python-telegram-bot",
+            ratio=slow_rate / rate,
+            # The sends in flight stay full: the next claim is ready before they run out.
+            target=">= 0.9x",
+            met=slow_rate / rate >= 0.9,
+            note=f"{slow_messages:,} messages; {IN_FLIGHT} in flight allow "
+            f"{IN_FLIGHT * 10:,}/s at 100 ms",
         ),
         Figure(
             "2",
