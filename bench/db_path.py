@@ -56,9 +56,11 @@ def measure(
     limits: RateLimits = DEFAULT_CHAT_LIMITS,
     *,
     counted: bool = True,
+    chats: int | None = None,
 ) -> Drain:
+    """One drain of ``messages`` (to as many chats, or ``chats`` chats in turn)."""
     with server.database("db_path") as url:
-        fill(url, messages)
+        fill(url, messages, chats=chats)
         with CostProbe(server.url, url, urlsplit(url).path.lstrip("/")).watching() as probe:
             sent, elapsed = asyncio.run(drain(url, limits, probe))
             cost = probe.result(sent)
