@@ -167,48 +167,22 @@ class _SpreadRequest(BaseRequest):
             self._busy[index] -= 1
 
 
-class _Borrowed(BaseRequest):
+class _Borrowed(_SpreadRequest):
     """A relay's shared HTTP pools as one bot's: python-telegram-bot starts and shuts down a
-    bot's requests with the bot, and these belong to the relay (``TelegramPool``)."""
+    bot's requests with the bot, and these belong to the relay (``TelegramPool``). The counts
+    of requests in flight are the shared ones, so every bot spreads over the same pools."""
 
-    __slots__ = ("_shared",)
+    __slots__ = ()
 
     def __init__(self, shared: _SpreadRequest) -> None:
-        self._shared = shared
-
-    @property
-    def read_timeout(self) -> float | None:
-        return self._shared.read_timeout
-
-    @staticmethod
-    def parse_json_payload(payload: bytes) -> dict[str, Any]:
-        return _SpreadRequest.parse_json_payload(payload)
+        super().__init__(shared._pools)
+        self._busy = shared._busy
 
     async def initialize(self) -> None:
         return None
 
     async def shutdown(self) -> None:
         return None
-
-    async def do_request(  # noqa: PLR0917 - python-telegram-bot's signature
-        self,
-        url: str,
-        method: str,
-        request_data: RequestData | None = None,
-        read_timeout: Any = BaseRequest.DEFAULT_NONE,
-        write_timeout: Any = BaseRequest.DEFAULT_NONE,
-        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
-        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
-    ) -> tuple[int, bytes]:
-        return await self._shared.do_request(
-            url,
-            method,
-            request_data,
-            read_timeout=read_timeout,
-            write_timeout=write_timeout,
-            connect_timeout=connect_timeout,
-            pool_timeout=pool_timeout,
-        )
 
 
 class TelegramSender:
