@@ -11,7 +11,7 @@ from outbox import sql, vocabulary
 RELAY_QUERIES = {
     "ensure_bot",
     "record_outcomes",
-    "record_outcomes_moved",
+    "move_chats",
     "still_claimed",
     "announce_pause",
     "backlog",
