@@ -190,36 +190,34 @@ def _checked_sending(
     batch: str | None,
     bot: int | str | None,
     run_at: datetime | None,
-    priority: object,
-    early: object,
-    expires_at: object,
-    ordered: object,
-    quiet_hours: object,
+    **lane: object,
 ) -> _Route:
     """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload, or
-    ``InvalidInput`` in one line."""
+    ``InvalidInput`` in one line; ``lane`` is ``_checked_lane``'s but run_at."""
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    lane = _checked_lane(
-        run_at=run_at,
-        priority=priority,
-        early=early,
-        expires_at=expires_at,
-        ordered=ordered,
-        quiet_hours=quiet_hours,
-    )
     return _Route(
         schema=resolve_schema(schema),
         kind=kind,
         run_at=run_at,
         queue=queue,
         batch=batch,
-        lane=lane,
+        lane=_checked_lane(run_at=run_at, **lane),
         bot=bot_id,
         trace=trace_context(),
     )
+
+
+def _checked_message(
+    key: object, payload: Mapping[str, Any], which: str = "an outbox message"
+) -> tuple[str, dict[str, Any]]:
+    """A message's key and payload as ``enqueue`` and ``enqueue_many`` take them."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"{which} needs a non-empty key")
+    _check_label(key, "key")
+    return key, _checked_payload(payload)
 
 
 def _enqueue_steps(
@@ -281,10 +279,8 @@ def _enqueue_steps(
         ordered=ordered,
         quiet_hours=quiet_hours,
     )
-    if not isinstance(key, str) or not key:
-        raise InvalidInput("an outbox message needs a non-empty key")
-    _check_label(key, "key")
-    return queries.enqueue(key=key, payload=_checked_payload(payload), **route)
+    key, checked = _checked_message(key, payload)
+    return queries.enqueue(key=key, payload=checked, **route)
 
 
 enqueue, enqueue_async = queries.app_twins(

@@ -14,7 +14,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from outbox import queries
-from outbox.api import REMINDER, _check_label, _checked_payload, _checked_sending
+from outbox.api import REMINDER, _checked_message, _checked_sending
 from outbox.errors import ConfigError, InvalidInput
 from outbox.queries import BatchProgress, Pause, Scope, SyncConn
 from outbox.queries.pause import check_batch_name
@@ -72,12 +72,10 @@ def _enqueue_many_steps(
         ordered=ordered,
         quiet_hours=quiet_hours,
     )
-    checked = []
-    for number, (key, payload) in enumerate(messages):
-        if not isinstance(key, str) or not key:
-            raise InvalidInput(f"message {number} of the list needs a non-empty key")
-        _check_label(key, "key")
-        checked.append((key, _checked_payload(payload)))
+    checked = [
+        _checked_message(key, payload, f"message {number} of the list")
+        for number, (key, payload) in enumerate(messages)
+    ]
     return queries.enqueue_many(messages=checked, **route)
 
 
