@@ -7,7 +7,7 @@ import argparse
 
 from outbox import ops
 from outbox.api import chat_column
-from outbox.commands.common import open_database, print_json
+from outbox.commands.common import answer_newest, open_database
 from outbox.commands.options import Commands, add_bot_filter, whole_number
 from outbox.errors import InvalidInput
 from outbox.ops.views import chats as view
@@ -28,16 +28,10 @@ def cmd_chats(args: argparse.Namespace) -> int:
         return _unblock(args)
     with open_database(args) as conn:
         found = ops.blocked_chats(conn, schema=current_schema(), bot=args.bot, limit=args.limit + 1)
-    chats = found[: args.limit]
-    if args.json:
-        print_json([view.blocked_json(c) for c in chats])
-    elif chats:
-        print("\n".join(view.blocked_lines(chats)))
-        if len(found) > args.limit:
-            print(f"(the newest {args.limit} shown; more are blocked: --limit N)")
-    else:
-        print("no blocked chats" + ("" if args.bot is None else f" for bot {args.bot}"))
-    return 0
+    none = "no blocked chats" + ("" if args.bot is None else f" for bot {args.bot}")
+    return answer_newest(
+        args, found, view.blocked_json, view.blocked_lines, more="more are blocked", none=none
+    )
 
 
 def _unblock(args: argparse.Namespace) -> int:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 
 from outbox import ops
-from outbox.commands.common import open_database, print_json
+from outbox.commands.common import answer, open_database
 from outbox.commands.options import Commands
 from outbox.ops.views.relays import relay_json, relays_table
 from outbox.schema import current_schema
@@ -21,13 +21,13 @@ __all__ = ["register"]
 def cmd_relays(args: argparse.Namespace) -> int:
     with open_database(args) as conn:
         relays = ops.list_relays(conn, schema=current_schema())
-    if args.json:
-        print_json([relay_json(relay) for relay in relays])
-    elif relays:
-        print("\n".join(relays_table(relays)))
-    else:
-        print("no relay is registered (none is running, or none has started since the upgrade)")
-    return 0
+    return answer(
+        args,
+        [relay_json(relay) for relay in relays],
+        relays_table(relays)
+        if relays
+        else "no relay is registered (none is running, or none has started since the upgrade)",
+    )
 
 
 def register(commands: Commands) -> None:

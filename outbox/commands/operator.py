@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from outbox import ops
-from outbox.commands.common import complain, open_database, print_json
+from outbox.commands.common import answer, answer_newest, complain, open_database, print_json
 from outbox.commands.options import (
     BIGINT_MAX,
     Commands,
@@ -52,16 +52,14 @@ def cmd_list(args: argparse.Namespace) -> int:
             priority=args.priority,
             bot=args.bot,
         )
-    messages = found[: args.limit]
-    if args.json:
-        print_json([view.message_json(m) for m in messages])
-    elif messages:
-        print("\n".join(view.messages_table(messages)))
-        if len(found) > args.limit:
-            print(f"(the newest {args.limit} shown; more match: --limit N)")
-    else:
-        print("no outbox messages match")
-    return 0
+    return answer_newest(
+        args,
+        found,
+        view.message_json,
+        view.messages_table,
+        more="more match",
+        none="no outbox messages match",
+    )
 
 
 def cmd_show(args: argparse.Namespace) -> int:
@@ -69,11 +67,7 @@ def cmd_show(args: argparse.Namespace) -> int:
         message = ops.get_message(conn, args.id, schema=current_schema())
     if message is None:
         raise NotFound(f"no outbox message with id {args.id}")
-    if args.json:
-        print_json(view.message_json(message))
-    else:
-        print("\n".join(view.message_lines(message)))
-    return 0
+    return answer(args, view.message_json(message), view.message_lines(message))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
