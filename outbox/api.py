@@ -12,7 +12,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 from outbox import queries
 from outbox.errors import ConfigError, InvalidInput, InvalidPayload, Refused
@@ -23,7 +23,7 @@ from outbox.queries.chats import unblock
 from outbox.queries.pause import check_batch_name
 from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
 from outbox.states import State
-from outbox.tracing import TraceContext, trace_context
+from outbox.tracing import trace_context
 
 __all__ = [
     "Enqueued",
@@ -168,20 +168,6 @@ def _checked_lane(
     )
 
 
-class _Route(TypedDict):
-    """Where and how a message goes: ``queries.enqueue``'s and ``enqueue_many``'s arguments
-    but the messages themselves."""
-
-    schema: str
-    kind: str
-    run_at: datetime | None
-    queue: str
-    batch: str | None
-    lane: queries.Lane
-    bot: str | None
-    trace: TraceContext
-
-
 def _checked_sending(
     *,
     schema: str | None,
@@ -191,15 +177,15 @@ def _checked_sending(
     bot: int | str | None,
     run_at: datetime | None,
     **lane: object,
-) -> _Route:
-    """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload, or
-    ``InvalidInput`` in one line; ``lane`` is ``_checked_lane``'s but run_at."""
+) -> tuple[str, queries.Route]:
+    """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload (the
+    schema and the route), or ``InvalidInput`` in one line; ``lane`` is ``_checked_lane``'s
+    but run_at."""
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    return _Route(
-        schema=resolve_schema(schema),
+    return resolve_schema(schema), queries.Route(
         kind=kind,
         run_at=run_at,
         queue=queue,
@@ -266,7 +252,7 @@ def _enqueue_steps(
     (digests, campaigns), not for one the person asked for. Its chat's other messages neither
     wait for it nor hold it back.
     """
-    route = _checked_sending(
+    schema_name, route = _checked_sending(
         schema=schema,
         kind=kind,
         queue=queue,
@@ -280,7 +266,7 @@ def _enqueue_steps(
         quiet_hours=quiet_hours,
     )
     key, checked = _checked_message(key, payload)
-    return queries.enqueue(key=key, payload=checked, **route)
+    return queries.enqueue(schema=schema_name, key=key, payload=checked, route=route)
 
 
 enqueue, enqueue_async = queries.app_twins(

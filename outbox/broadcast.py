@@ -58,7 +58,7 @@ def _enqueue_many_steps(
     list goes to the database as one JSON document: split a list of millions into chunks of
     some ten thousand.
     """
-    route = _checked_sending(
+    schema_name, route = _checked_sending(
         schema=schema,
         kind=kind,
         queue=queue,
@@ -75,7 +75,7 @@ def _enqueue_many_steps(
         _checked_message(key, payload, f"message {number} of the list")
         for number, (key, payload) in enumerate(messages)
     ]
-    return queries.enqueue_many(messages=checked, **route)
+    return queries.enqueue_many(schema=schema_name, messages=checked, route=route)
 
 
 enqueue_many, enqueue_many_async = queries.app_twins("enqueue_many", _enqueue_many_steps, int)
