@@ -15,13 +15,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from outbox import queries
-from outbox.errors import ConfigError, InvalidInput, InvalidPayload, Refused
+from outbox.errors import InvalidInput, InvalidPayload, Refused
 from outbox.ops.views.message import blocked_refusal
 from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, request_of
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.queries.chats import unblock
 from outbox.queries.pause import check_batch_name
-from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
+from outbox.schema import DEFAULT_QUEUE, checked_queue, resolve_schema
 from outbox.states import State
 from outbox.tracing import trace_context
 
@@ -100,10 +100,7 @@ def bot_column(bot: int | str | None) -> str | None:
 def check_destination(queue: str, batch: str | None, bot: int | str | None = None) -> str | None:
     """The queue a message goes to, the batch it belongs to and the bot that sends it, or
     ``InvalidInput``; the ``bot`` column's value."""
-    try:
-        validate_queue(queue)
-    except ConfigError as err:
-        raise InvalidInput(str(err)) from None
+    checked_queue(queue)
     if batch is not None:
         check_batch_name(batch)
     return bot_column(bot)

@@ -14,9 +14,9 @@ from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 
-from outbox.errors import ConfigError, InvalidInput
+from outbox.errors import InvalidInput
 from outbox.queries._common import Reading, operation
-from outbox.schema import notify_channel, validate_queue
+from outbox.schema import checked_queue, notify_channel
 
 __all__ = [
     "PAID_STOP_SECONDS",
@@ -123,10 +123,7 @@ def check_batch_name(value: str) -> str:
 def _checked_value(scope: Scope, value: str) -> str:
     """What a pause of ``scope`` names, checked: a queue's name as a relay's --queue takes it."""
     if scope == Scope.QUEUE:
-        try:
-            validate_queue(value)
-        except ConfigError as err:
-            raise InvalidInput(str(err)) from None
+        checked_queue(value)
     return check_name(value)
 
 
