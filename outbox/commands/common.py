@@ -27,6 +27,7 @@ __all__ = [
     "open_database",
     "print_json",
     "run_async",
+    "run_operation",
 ]
 
 T = TypeVar("T")
@@ -63,6 +64,13 @@ def run_async(args: argparse.Namespace, work: Callable[[AsyncConn], Awaitable[T]
             await conn.close()
 
     return asyncio.run(run())
+
+
+def run_operation(args: argparse.Namespace, op: Callable[..., T], *given: Any, **named: Any) -> T:
+    """One operation (``outbox.ops``) on the command's database and schema, committed when it
+    returns."""
+    with open_database(args) as conn:
+        return op(conn, *given, schema=current_schema(), **named)
 
 
 def print_json(document: Any) -> None:

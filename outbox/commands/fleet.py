@@ -10,17 +10,15 @@ from __future__ import annotations
 import argparse
 
 from outbox import ops
-from outbox.commands.common import answer, open_database
+from outbox.commands.common import answer, run_operation
 from outbox.commands.options import Commands
 from outbox.ops.views.relays import relay_json, relays_table
-from outbox.schema import current_schema
 
 __all__ = ["register"]
 
 
 def cmd_relays(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        relays = ops.list_relays(conn, schema=current_schema())
+    relays = run_operation(args, ops.list_relays)
     return answer(
         args,
         [relay_json(relay) for relay in relays],

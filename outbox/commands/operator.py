@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 
 from outbox import ops
-from outbox.commands.common import answer, answer_newest, complain, open_database, print_json
+from outbox.commands.common import answer, answer_newest, complain, print_json, run_operation
 from outbox.commands.options import (
     BIGINT_MAX,
     Commands,
@@ -30,7 +30,6 @@ from outbox.ops.views import message as view
 from outbox.ops.views import pause as pause_view
 from outbox.ops.views import status as status_view
 from outbox.ops.views._text import span
-from outbox.schema import current_schema
 
 __all__ = ["register"]
 
@@ -40,18 +39,17 @@ DEFAULT_MAX_LAG = 300.0
 
 
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        # One row more than shown tells whether there are more.
-        found = ops.list_messages(
-            conn,
-            schema=current_schema(),
-            state=args.holat,
-            kind=args.tur,
-            limit=args.limit + 1,
-            queue=args.queue,
-            priority=args.priority,
-            bot=args.bot,
-        )
+    # One row more than shown tells whether there are more.
+    found = run_operation(
+        args,
+        ops.list_messages,
+        state=args.holat,
+        kind=args.tur,
+        limit=args.limit + 1,
+        queue=args.queue,
+        priority=args.priority,
+        bot=args.bot,
+    )
     return answer_newest(
         args,
         found,
@@ -63,8 +61,7 @@ def cmd_list(args: argparse.Namespace) -> int:
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        message = ops.get_message(conn, args.id, schema=current_schema())
+    message = run_operation(args, ops.get_message, args.id)
     if message is None:
         raise NotFound(f"no outbox message with id {args.id}")
     return answer(args, view.message_json(message), view.message_lines(message))
@@ -79,18 +76,17 @@ def cmd_replay(args: argparse.Namespace) -> int:
     filters = (args.tur, args.since, args.queue, args.bot, args.priority)
     if not bulk and any(f is not None for f in filters):
         raise InvalidInput("--tur, --queue, --bot, --priority and --since only filter --all-failed")
-    with open_database(args) as conn:
-        results = ops.replay(
-            conn,
-            None if bulk else args.ids,
-            schema=current_schema(),
-            force=args.force,
-            kind=args.tur,
-            failed_within_seconds=args.since,
-            queue=args.queue,
-            bot=args.bot,
-            priority=args.priority,
-        )
+    results = run_operation(
+        args,
+        ops.replay,
+        None if bulk else args.ids,
+        force=args.force,
+        kind=args.tur,
+        failed_within_seconds=args.since,
+        queue=args.queue,
+        bot=args.bot,
+        priority=args.priority,
+    )
     refused = [r for r in results if not r.replayed]
     if args.json:
         print_json(view.replay_json(results))
@@ -126,15 +122,14 @@ def _bulk_filter(args: argparse.Namespace) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        report = ops.status(
-            conn,
-            schema=current_schema(),
-            lease_seconds=args.lease,
-            max_lag=args.max_lag,
-            queue=args.queue,
-            bot=args.bot,
-        )
+    report = run_operation(
+        args,
+        ops.status,
+        lease_seconds=args.lease,
+        max_lag=args.max_lag,
+        queue=args.queue,
+        bot=args.bot,
+    )
     warnings, problems = status_view.health(
         report, lease=args.lease, max_lag=args.max_lag, max_failed=args.max_failed
     )

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from outbox import ops
-from outbox.commands.common import answer, open_database, print_json
+from outbox.commands.common import answer, open_database, print_json, run_operation
 from outbox.commands.options import Commands, Parser, queue_name
 from outbox.errors import InvalidInput, NotFound
 from outbox.ops.views import batch as batch_view
@@ -35,8 +35,7 @@ def _on_scope(
     if len(given) != 1:
         raise InvalidInput("name one of --queue, --bot, --tur or --batch")
     scope, value = given[0]
-    with open_database(args) as conn:
-        changed = act(conn, scope, value, schema=current_schema())
+    changed = run_operation(args, act, scope, value)
     return {"scope": scope.option, "value": value}, f"{scope.option} {value}", changed
 
 
@@ -65,8 +64,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
 def _resume_paid(args: argparse.Namespace) -> int:
     if any(getattr(args, scope.option) is not None for scope in Scope):
         raise InvalidInput("--paid resumes a bot's paid lane alone: leave out the other scopes")
-    with open_database(args) as conn:
-        lifted = ops.resume_paid_lane(conn, args.paid, schema=current_schema())
+    lifted = run_operation(args, ops.resume_paid_lane, args.paid)
     return answer(
         args,
         {"scope": "paid", "value": args.paid, "resumed": lifted},
@@ -95,8 +93,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise InvalidInput("--csv writes the report alone: leave out --json and --cancel")
     if args.csv:
         return _batch_report(args, name)
-    with open_database(args) as conn:
-        cancelled, progress = ops.batch(conn, name, schema=current_schema(), cancel=args.cancel)
+    cancelled, progress = run_operation(args, ops.batch, name, cancel=args.cancel)
     if progress.total == 0:
         raise NotFound(f"no outbox rows in batch {name!r}")
     if args.json:
