@@ -9,6 +9,7 @@ found a problem.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from outbox import ops
 from outbox.commands.common import answer, answer_newest, complain, print_json, run_operation
@@ -38,18 +39,15 @@ MAX_LIST_LIMIT = 1_000_000
 DEFAULT_MAX_LAG = 300.0
 
 
+def _row_filter(args: argparse.Namespace) -> dict[str, Any]:
+    """The rows that --tur, --queue, --priority and --bot keep, as the operations take them."""
+    return {"kind": args.tur, "queue": args.queue, "priority": args.priority, "bot": args.bot}
+
+
 def cmd_list(args: argparse.Namespace) -> int:
+    filters = {"state": args.holat, **_row_filter(args)}
     # One row more than shown tells whether there are more.
-    found = run_operation(
-        args,
-        ops.list_messages,
-        state=args.holat,
-        kind=args.tur,
-        limit=args.limit + 1,
-        queue=args.queue,
-        priority=args.priority,
-        bot=args.bot,
-    )
+    found = run_operation(args, ops.list_messages, limit=args.limit + 1, **filters)
     return answer_newest(
         args,
         found,
@@ -73,19 +71,12 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidInput("give message ids or --all-failed, not both")
     if not bulk and not args.ids:
         raise InvalidInput("give one or more message ids, or --all-failed")
-    filters = (args.tur, args.since, args.queue, args.bot, args.priority)
-    if not bulk and any(f is not None for f in filters):
+    filters = _row_filter(args)
+    if not bulk and any(f is not None for f in (*filters.values(), args.since)):
         raise InvalidInput("--tur, --queue, --bot, --priority and --since only filter --all-failed")
+    ids = None if bulk else args.ids
     results = run_operation(
-        args,
-        ops.replay,
-        None if bulk else args.ids,
-        force=args.force,
-        kind=args.tur,
-        failed_within_seconds=args.since,
-        queue=args.queue,
-        bot=args.bot,
-        priority=args.priority,
+        args, ops.replay, ids, force=args.force, failed_within_seconds=args.since, **filters
     )
     refused = [r for r in results if not r.replayed]
     if args.json:
