@@ -96,7 +96,7 @@ class _SpreadRequest(BaseRequest):
 
     @classmethod
     def over(
-        cls, connections: int, *, connect_timeout: float, read_timeout: float, pool_timeout: float
+        cls, connections: int, *, connect_timeout: float, read_timeout: float
     ) -> _SpreadRequest:
         count = max(1, math.ceil(connections / cls.CONNECTIONS_PER_POOL))
         size = math.ceil(connections / count)
@@ -109,7 +109,8 @@ class _SpreadRequest(BaseRequest):
                     connect_timeout=connect_timeout,
                     read_timeout=read_timeout,
                     write_timeout=read_timeout,
-                    pool_timeout=pool_timeout,
+                    # A send waits for a free connection as long as for a new one.
+                    pool_timeout=connect_timeout,
                     httpx_kwargs={"verify": tls},
                 )
                 for _ in range(count)
@@ -206,10 +207,7 @@ class TelegramSender:
         updates = request
         if request is None:
             request = _SpreadRequest.over(
-                pool_size,
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-                pool_timeout=connect_timeout,
+                pool_size, connect_timeout=connect_timeout, read_timeout=read_timeout
             )
         self._bot = Bot(
             token,
@@ -285,10 +283,7 @@ class TelegramPool:
     ) -> None:
         self._api_url = api_url
         self._shared = _SpreadRequest.over(
-            pool_size,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            pool_timeout=connect_timeout,
+            pool_size, connect_timeout=connect_timeout, read_timeout=read_timeout
         )
 
     def __repr__(self) -> str:
