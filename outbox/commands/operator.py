@@ -16,6 +16,7 @@ from outbox.commands.common import answer, answer_newest, complain, print_json, 
 from outbox.commands.options import (
     BIGINT_MAX,
     Commands,
+    Parser,
     add_bot_filter,
     add_lease,
     add_priority_filter,
@@ -144,6 +145,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_kind_filter(parser: Parser, env: str, help: str) -> None:
+    """--kind (the column's --tur too), with the command's own twin."""
+    parser.add("--kind", "--tur", dest="tur", env=env, default=None, help=help, metavar="KIND")
+
+
 def register(commands: Commands) -> None:
     listing = commands.add("list", cmd_list, "messages, newest first", json=True)
     listing.add(
@@ -156,15 +162,7 @@ def register(commands: Commands) -> None:
         help="only this state: kutmoqda, bajarilmoqda, bajarildi or xato",
         metavar="STATE",
     )
-    listing.add(
-        "--kind",
-        "--tur",
-        dest="tur",
-        env="OUTBOX_LIST_TUR",
-        default=None,
-        help="only this kind, e.g. eslatma",
-        metavar="KIND",
-    )
+    _add_kind_filter(listing, "OUTBOX_LIST_TUR", "only this kind, e.g. eslatma")
     listing.add(
         "--limit",
         env="OUTBOX_LIST_LIMIT",
@@ -192,15 +190,7 @@ def register(commands: Commands) -> None:
         help="replay even if the key was already sent: it is sent again",
     )
     replay.add_argument("--all-failed", action="store_true", help="replay every xato message")
-    replay.add(
-        "--kind",
-        "--tur",
-        dest="tur",
-        env="OUTBOX_REPLAY_TUR",
-        default=None,
-        help="with --all-failed: only this kind",
-        metavar="KIND",
-    )
+    _add_kind_filter(replay, "OUTBOX_REPLAY_TUR", "with --all-failed: only this kind")
     replay.add(
         "--since",
         env="OUTBOX_REPLAY_SINCE",
