@@ -52,20 +52,17 @@ async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome], *, schem
     if not outcomes:
         return 0
     name, params = record_statement(outcomes)
-    if all(o.new_chat_id is None for o in outcomes):
-        return await sql.execute(conn, name, schema=schema, params=params)
-    # A moved group's new chat id and the outcomes commit together.
-    async with conn.transaction():
-        await sql.execute(conn, "move_chats", schema=schema, params=params)
-        return await sql.execute(conn, name, schema=schema, params=params)
+    return await sql.execute(conn, name, schema=schema, params=params)
 
 
 def record_statement(outcomes: Sequence[Outcome]) -> tuple[str, dict[str, Any]]:
-    """The named query of ``record_outcomes`` and its parameters (tests read its plan; a
-    moved group's ``move_chats`` takes the same). One JSON document for the batch: json.dumps
-    builds it in C, where typed arrays would cost psycopg a Python call per element."""
+    """The named query of ``record_outcomes`` and its parameters (tests read its plan). One
+    JSON document for the batch: json.dumps builds it in C, where typed arrays would cost
+    psycopg a Python call per element."""
     batch = json.dumps([_outcome_fields(o) for o in outcomes], separators=(",", ":"))
-    return "record_outcomes", {"batch": batch, "count": len(outcomes)}
+    moved = any(o.new_chat_id is not None for o in outcomes)
+    name = "record_outcomes_moved" if moved else "record_outcomes"
+    return name, {"batch": batch, "count": len(outcomes)}
 
 
 def _outcome_fields(o: Outcome) -> dict[str, Any]:

@@ -62,17 +62,56 @@ FROM r
 WHERE o.id = r.id AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
   AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti);
 
--- name: move_chats
--- The rows of a batch whose group became a supergroup get the new chat id in their payload,
--- fenced as record_outcomes is and in its transaction, just before it. Apart because an update
--- that sets payload runs its checks (outbox_0013's trigger) on every row it updates: here, only
--- the moved ones.
+-- name: record_outcomes_moved
+-- record_outcomes for a batch with a group that became a supergroup: the payload gets the new
+-- chat id in the same write. Apart because an update that sets payload runs its checks
+-- (outbox_0013's trigger) on every row of the batch. Not a payload update of its own before
+-- record_outcomes: a host's trigger sees the chat move only in the write that ends the claim
+-- (vazifalar's vazifalar_relay_outcome follows the group that way).
+WITH r AS (
+    SELECT * FROM json_to_recordset(CAST(:batch AS json))
+        AS r(id bigint, urinish int, attempts int, holat text, delay float8, xato text,
+             xato_turi text, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
+             band_vaqti timestamptz, message_ids bigint[], gone boolean)
+    LIMIT :count
+),
+markers AS (
+    INSERT INTO yuborilgan (kalit, chat_id, message_id, message_ids)
+    SELECT kalit, chat_id, message_id, message_ids FROM r WHERE message_id IS NOT NULL
+    ON CONFLICT (kalit) DO NOTHING
+),
+gone AS (
+    -- A 403 that means the chat is gone for the bot (outbox.classify): the pair is recorded,
+    -- fenced as the state change is, and its trigger ends the pair's waiting rows.
+    INSERT INTO bloklangan (bot, suhbat, xato, manba)
+    SELECT coalesce(o.bot, ''), coalesce(r.new_chat_id::text, o.suhbat),
+           regexp_replace(coalesce(r.xato, ''), '^Telegram refused \(403\): ', ''), o.id
+    FROM r JOIN outbox o ON o.id = r.id
+    WHERE r.gone AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
+      AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti)
+      AND coalesce(r.new_chat_id::text, o.suhbat) IS NOT NULL
+    ON CONFLICT (bot, suhbat) DO NOTHING
+)
 UPDATE outbox o
-SET payload = jsonb_set(o.payload, ARRAY['chat_id'], to_jsonb(r.new_chat_id))
-FROM json_to_recordset(CAST(:batch AS json))
-    AS r(id bigint, urinish int, new_chat_id bigint, band_vaqti timestamptz)
-WHERE o.id = r.id AND r.new_chat_id IS NOT NULL
-  AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
+SET holat = r.holat,
+    urinish = r.attempts,
+    keyingi_urinish = CASE WHEN r.holat <> 'kutmoqda' OR r.delay IS NULL THEN o.keyingi_urinish
+                           ELSE now() + make_interval(secs => r.delay) END,
+    band_vaqti = NULL,
+    egasi = NULL,
+    yakka = false,
+    oxirgi_xato = coalesce(r.xato, o.oxirgi_xato),
+    xato_turi = CASE WHEN r.xato IS NULL THEN o.xato_turi ELSE r.xato_turi END,
+    xato_vaqti = CASE WHEN r.holat = 'xato' THEN now() END,
+    tarix = CASE WHEN r.xato IS NULL THEN o.tarix
+                 ELSE o.tarix || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object(
+                     'vaqt', now(), 'urinish', o.urinish, 'xato', r.xato,
+                     'xato_turi', r.xato_turi))) END,
+    payload = CASE WHEN r.new_chat_id IS NULL THEN o.payload
+                   ELSE jsonb_set(o.payload, ARRAY['chat_id'], to_jsonb(r.new_chat_id)) END,
+    yangilangan = now()
+FROM r
+WHERE o.id = r.id AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinish
   AND (r.band_vaqti IS NULL OR o.band_vaqti = r.band_vaqti);
 
 -- name: still_claimed

@@ -11,7 +11,7 @@ from outbox import sql, vocabulary
 RELAY_QUERIES = {
     "ensure_bot",
     "record_outcomes",
-    "move_chats",
+    "record_outcomes_moved",
     "still_claimed",
     "announce_pause",
     "backlog",
