@@ -12,18 +12,18 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypedDict
+from typing import Any
 
 from outbox import queries
-from outbox.errors import ConfigError, InvalidInput, InvalidPayload, Refused
+from outbox.errors import InvalidInput, InvalidPayload, Refused
 from outbox.ops.views.message import blocked_refusal
 from outbox.payload import MAX_KEY_BYTES, MalformedPayload, check_text, request_of
 from outbox.queries import Message, QueueStatus, ReplayResult, SyncConn
 from outbox.queries.chats import unblock
 from outbox.queries.pause import check_batch_name
-from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
+from outbox.schema import DEFAULT_QUEUE, checked_queue, resolve_schema
 from outbox.states import State
-from outbox.tracing import TraceContext, trace_context
+from outbox.tracing import trace_context
 
 __all__ = [
     "Enqueued",
@@ -100,10 +100,7 @@ def bot_column(bot: int | str | None) -> str | None:
 def check_destination(queue: str, batch: str | None, bot: int | str | None = None) -> str | None:
     """The queue a message goes to, the batch it belongs to and the bot that sends it, or
     ``InvalidInput``; the ``bot`` column's value."""
-    try:
-        validate_queue(queue)
-    except ConfigError as err:
-        raise InvalidInput(str(err)) from None
+    checked_queue(queue)
     if batch is not None:
         check_batch_name(batch)
     return bot_column(bot)
@@ -168,20 +165,6 @@ def _checked_lane(
     )
 
 
-class _Route(TypedDict):
-    """Where and how a message goes: ``queries.enqueue``'s and ``enqueue_many``'s arguments
-    but the messages themselves."""
-
-    schema: str
-    kind: str
-    run_at: datetime | None
-    queue: str
-    batch: str | None
-    lane: queries.Lane
-    bot: str | None
-    trace: TraceContext
-
-
 def _checked_sending(
     *,
     schema: str | None,
@@ -190,36 +173,34 @@ def _checked_sending(
     batch: str | None,
     bot: int | str | None,
     run_at: datetime | None,
-    priority: object,
-    early: object,
-    expires_at: object,
-    ordered: object,
-    quiet_hours: object,
-) -> _Route:
-    """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload, or
-    ``InvalidInput`` in one line."""
+    **lane: object,
+) -> tuple[str, queries.Route]:
+    """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload (the
+    schema and the route), or ``InvalidInput`` in one line; ``lane`` is ``_checked_lane``'s
+    but run_at."""
     bot_id = check_destination(queue, batch, bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
-    lane = _checked_lane(
-        run_at=run_at,
-        priority=priority,
-        early=early,
-        expires_at=expires_at,
-        ordered=ordered,
-        quiet_hours=quiet_hours,
-    )
-    return _Route(
-        schema=resolve_schema(schema),
+    return resolve_schema(schema), queries.Route(
         kind=kind,
         run_at=run_at,
         queue=queue,
         batch=batch,
-        lane=lane,
+        lane=_checked_lane(run_at=run_at, **lane),
         bot=bot_id,
         trace=trace_context(),
     )
+
+
+def _checked_message(
+    key: object, payload: Mapping[str, Any], which: str = "an outbox message"
+) -> tuple[str, dict[str, Any]]:
+    """A message's key and payload as ``enqueue`` and ``enqueue_many`` take them."""
+    if not isinstance(key, str) or not key:
+        raise InvalidInput(f"{which} needs a non-empty key")
+    _check_label(key, "key")
+    return key, _checked_payload(payload)
 
 
 def _enqueue_steps(
@@ -268,7 +249,7 @@ def _enqueue_steps(
     (digests, campaigns), not for one the person asked for. Its chat's other messages neither
     wait for it nor hold it back.
     """
-    route = _checked_sending(
+    schema_name, route = _checked_sending(
         schema=schema,
         kind=kind,
         queue=queue,
@@ -281,10 +262,8 @@ def _enqueue_steps(
         ordered=ordered,
         quiet_hours=quiet_hours,
     )
-    if not isinstance(key, str) or not key:
-        raise InvalidInput("an outbox message needs a non-empty key")
-    _check_label(key, "key")
-    return queries.enqueue(key=key, payload=_checked_payload(payload), **route)
+    key, checked = _checked_message(key, payload)
+    return queries.enqueue(schema=schema_name, key=key, payload=checked, route=route)
 
 
 enqueue, enqueue_async = queries.app_twins(

@@ -14,11 +14,10 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from outbox import queries
-from outbox.api import REMINDER, _check_label, _checked_payload, _checked_sending
-from outbox.errors import ConfigError, InvalidInput
+from outbox.api import REMINDER, _checked_message, _checked_sending
 from outbox.queries import BatchProgress, Pause, Scope, SyncConn
 from outbox.queries.pause import check_batch_name
-from outbox.schema import DEFAULT_QUEUE, resolve_schema, validate_queue
+from outbox.schema import DEFAULT_QUEUE, resolve_schema
 
 __all__ = [
     "BatchProgress",
@@ -59,7 +58,7 @@ def _enqueue_many_steps(
     list goes to the database as one JSON document: split a list of millions into chunks of
     some ten thousand.
     """
-    route = _checked_sending(
+    schema_name, route = _checked_sending(
         schema=schema,
         kind=kind,
         queue=queue,
@@ -72,36 +71,25 @@ def _enqueue_many_steps(
         ordered=ordered,
         quiet_hours=quiet_hours,
     )
-    checked = []
-    for number, (key, payload) in enumerate(messages):
-        if not isinstance(key, str) or not key:
-            raise InvalidInput(f"message {number} of the list needs a non-empty key")
-        _check_label(key, "key")
-        checked.append((key, _checked_payload(payload)))
-    return queries.enqueue_many(messages=checked, **route)
+    checked = [
+        _checked_message(key, payload, f"message {number} of the list")
+        for number, (key, payload) in enumerate(messages)
+    ]
+    return queries.enqueue_many(schema=schema_name, messages=checked, route=route)
 
 
 enqueue_many, enqueue_many_async = queries.app_twins("enqueue_many", _enqueue_many_steps, int)
 
 
-def _scope_value(scope: Scope, value: str) -> str:
-    if scope == Scope.QUEUE:
-        try:
-            validate_queue(value)
-        except ConfigError as err:
-            raise InvalidInput(str(err)) from None
-    return value
-
-
 def pause(conn: SyncConn, scope: Scope, value: str, *, schema: str | None = None) -> bool:
     """Stop every relay claiming the rows of ``scope`` = ``value`` (a queue, a bot's public
     id, a kind, a batch); the rows stay kutmoqda. False if it was paused already."""
-    return queries.pause(conn, scope, _scope_value(scope, value), schema=resolve_schema(schema))
+    return queries.pause(conn, scope, value, schema=resolve_schema(schema))
 
 
 def resume(conn: SyncConn, scope: Scope, value: str, *, schema: str | None = None) -> bool:
     """Lift a pause (the relays are woken at commit); False if it was not paused."""
-    return queries.resume(conn, scope, _scope_value(scope, value), schema=resolve_schema(schema))
+    return queries.resume(conn, scope, value, schema=resolve_schema(schema))
 
 
 def pauses(conn: SyncConn, *, schema: str | None = None) -> list[Pause]:

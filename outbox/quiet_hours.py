@@ -73,12 +73,7 @@ def _set_steps(
     now are judged again by the next claim. An unknown zone is refused (``InvalidInput``).
     """
     hours = _checked(start, end, tz)
-    params: dict[str, object] = _whose(chat_id, bot)
-    if hours.start == hours.end:
-        yield sql.sa_sql("clear_quiet_hours", resolve_schema(schema)), params
-    else:
-        params |= {"boshi": hours.start, "oxiri": hours.end, "tz": hours.tz}
-        yield sql.sa_sql("set_quiet_hours", resolve_schema(schema)), params
+    yield from _change(chat_id, bot, schema, None if hours.start == hours.end else hours)
 
 
 def _clear_steps(
@@ -86,7 +81,16 @@ def _clear_steps(
 ) -> Steps:
     """Remove a chat's quiet hours, in the caller's transaction (never commits); its held
     messages are due again from the moment they were due before."""
-    yield sql.sa_sql("clear_quiet_hours", resolve_schema(schema)), _whose(chat_id, bot)
+    yield from _change(chat_id, bot, schema, None)
+
+
+def _change(
+    chat_id: object, bot: int | str | None, schema: str | None, hours: QuietHours | None
+) -> Steps:
+    """Set the chat's quiet hours, or clear them (None), releasing its held rows."""
+    start, end, tz = (None, None, None) if hours is None else hours
+    params = {**_whose(chat_id, bot), "boshi": start, "oxiri": end, "tz": tz}
+    yield sql.sa_sql("set_quiet_hours", resolve_schema(schema)), params
 
 
 def _get_steps(

@@ -13,7 +13,7 @@ import os
 import re
 import zlib
 
-from outbox.errors import ConfigError, OutboxError, SchemaMismatch, SchemaMissing
+from outbox.errors import ConfigError, InvalidInput, OutboxError, SchemaMismatch, SchemaMissing
 
 __all__ = [
     "DEFAULT_BOT",
@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_SCHEMA",
     "KNOWN_REVISIONS",
     "SCHEMA_REVISION",
+    "checked_queue",
     "configure",
     "current_schema",
     "maintenance_lock_key",
@@ -88,6 +89,15 @@ def validate_queue(name: str) -> str:
             "1 to 64 characters"
         )
     return name
+
+
+def checked_queue(name: str) -> str:
+    """``validate_queue`` for a name given as input (the API, a command, the page): a refusal
+    is ``InvalidInput``, in the same words."""
+    try:
+        return validate_queue(name)
+    except ConfigError as err:
+        raise InvalidInput(str(err)) from None
 
 
 def configure(*, schema: str) -> None:

@@ -96,7 +96,7 @@ class _SpreadRequest(BaseRequest):
 
     @classmethod
     def over(
-        cls, connections: int, *, connect_timeout: float, read_timeout: float, pool_timeout: float
+        cls, connections: int, *, connect_timeout: float, read_timeout: float
     ) -> _SpreadRequest:
         count = max(1, math.ceil(connections / cls.CONNECTIONS_PER_POOL))
         size = math.ceil(connections / count)
@@ -109,7 +109,8 @@ class _SpreadRequest(BaseRequest):
                     connect_timeout=connect_timeout,
                     read_timeout=read_timeout,
                     write_timeout=read_timeout,
-                    pool_timeout=pool_timeout,
+                    # A send waits for a free connection as long as for a new one.
+                    pool_timeout=connect_timeout,
                     httpx_kwargs={"verify": tls},
                 )
                 for _ in range(count)
@@ -167,48 +168,22 @@ class _SpreadRequest(BaseRequest):
             self._busy[index] -= 1
 
 
-class _Borrowed(BaseRequest):
+class _Borrowed(_SpreadRequest):
     """A relay's shared HTTP pools as one bot's: python-telegram-bot starts and shuts down a
-    bot's requests with the bot, and these belong to the relay (``TelegramPool``)."""
+    bot's requests with the bot, and these belong to the relay (``TelegramPool``). The counts
+    of requests in flight are the shared ones, so every bot spreads over the same pools."""
 
-    __slots__ = ("_shared",)
+    __slots__ = ()
 
     def __init__(self, shared: _SpreadRequest) -> None:
-        self._shared = shared
-
-    @property
-    def read_timeout(self) -> float | None:
-        return self._shared.read_timeout
-
-    @staticmethod
-    def parse_json_payload(payload: bytes) -> dict[str, Any]:
-        return _SpreadRequest.parse_json_payload(payload)
+        super().__init__(shared._pools)
+        self._busy = shared._busy
 
     async def initialize(self) -> None:
         return None
 
     async def shutdown(self) -> None:
         return None
-
-    async def do_request(  # noqa: PLR0917 - python-telegram-bot's signature
-        self,
-        url: str,
-        method: str,
-        request_data: RequestData | None = None,
-        read_timeout: Any = BaseRequest.DEFAULT_NONE,
-        write_timeout: Any = BaseRequest.DEFAULT_NONE,
-        connect_timeout: Any = BaseRequest.DEFAULT_NONE,
-        pool_timeout: Any = BaseRequest.DEFAULT_NONE,
-    ) -> tuple[int, bytes]:
-        return await self._shared.do_request(
-            url,
-            method,
-            request_data,
-            read_timeout=read_timeout,
-            write_timeout=write_timeout,
-            connect_timeout=connect_timeout,
-            pool_timeout=pool_timeout,
-        )
 
 
 class TelegramSender:
@@ -232,10 +207,7 @@ class TelegramSender:
         updates = request
         if request is None:
             request = _SpreadRequest.over(
-                pool_size,
-                connect_timeout=connect_timeout,
-                read_timeout=read_timeout,
-                pool_timeout=connect_timeout,
+                pool_size, connect_timeout=connect_timeout, read_timeout=read_timeout
             )
         self._bot = Bot(
             token,
@@ -311,10 +283,7 @@ class TelegramPool:
     ) -> None:
         self._api_url = api_url
         self._shared = _SpreadRequest.over(
-            pool_size,
-            connect_timeout=connect_timeout,
-            read_timeout=read_timeout,
-            pool_timeout=connect_timeout,
+            pool_size, connect_timeout=connect_timeout, read_timeout=read_timeout
         )
 
     def __repr__(self) -> str:

@@ -7,11 +7,10 @@ import argparse
 
 from outbox import ops
 from outbox.api import chat_column
-from outbox.commands.common import open_database, print_json
+from outbox.commands.common import answer_newest, run_operation
 from outbox.commands.options import Commands, add_bot_filter, whole_number
 from outbox.errors import InvalidInput
 from outbox.ops.views import chats as view
-from outbox.schema import current_schema
 
 __all__ = ["register"]
 
@@ -26,25 +25,17 @@ def cmd_chats(args: argparse.Namespace) -> int:
         if args.json:
             raise InvalidInput("--json goes with --blocked, not --unblock")
         return _unblock(args)
-    with open_database(args) as conn:
-        found = ops.blocked_chats(conn, schema=current_schema(), bot=args.bot, limit=args.limit + 1)
-    chats = found[: args.limit]
-    if args.json:
-        print_json([view.blocked_json(c) for c in chats])
-    elif chats:
-        print("\n".join(view.blocked_lines(chats)))
-        if len(found) > args.limit:
-            print(f"(the newest {args.limit} shown; more are blocked: --limit N)")
-    else:
-        print("no blocked chats" + ("" if args.bot is None else f" for bot {args.bot}"))
-    return 0
+    found = run_operation(args, ops.blocked_chats, bot=args.bot, limit=args.limit + 1)
+    none = "no blocked chats" + ("" if args.bot is None else f" for bot {args.bot}")
+    return answer_newest(
+        args, found, view.blocked_json, view.blocked_lines, more="more are blocked", none=none
+    )
 
 
 def _unblock(args: argparse.Namespace) -> int:
     chat = chat_column(args.unblock)
     whose = "the rows naming no bot" if args.bot is None else f"bot {args.bot}"
-    with open_database(args) as conn:
-        was = ops.unblock(conn, schema=current_schema(), chat=chat, bot=args.bot)
+    was = run_operation(args, ops.unblock, chat=chat, bot=args.bot)
     if was:
         print(f"unblocked chat {chat} for {whose}: its next messages are sent")
     else:

@@ -10,24 +10,22 @@ from __future__ import annotations
 import argparse
 
 from outbox import ops
-from outbox.commands.common import open_database, print_json
+from outbox.commands.common import answer, run_operation
 from outbox.commands.options import Commands
 from outbox.ops.views.relays import relay_json, relays_table
-from outbox.schema import current_schema
 
 __all__ = ["register"]
 
 
 def cmd_relays(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        relays = ops.list_relays(conn, schema=current_schema())
-    if args.json:
-        print_json([relay_json(relay) for relay in relays])
-    elif relays:
-        print("\n".join(relays_table(relays)))
-    else:
-        print("no relay is registered (none is running, or none has started since the upgrade)")
-    return 0
+    relays = run_operation(args, ops.list_relays)
+    return answer(
+        args,
+        [relay_json(relay) for relay in relays],
+        relays_table(relays)
+        if relays
+        else "no relay is registered (none is running, or none has started since the upgrade)",
+    )
 
 
 def register(commands: Commands) -> None:

@@ -11,7 +11,7 @@ import sys
 from typing import TYPE_CHECKING
 
 from outbox import ops, queries
-from outbox.commands.common import database_url, open_database, print_json, run_async
+from outbox.commands.common import answer, database_url, print_json, run_async, run_operation
 from outbox.commands.options import Commands, add_lease, duration, whole_number
 from outbox.config import (
     DEFAULT_MARKER_RETENTION,
@@ -66,11 +66,7 @@ def cmd_reap(args: argparse.Namespace) -> int:
         args,
         lambda conn: _reaper(args).run_once(conn),
     )
-    if args.json:
-        print_json(reaped_json(reaped))
-    else:
-        print(f"reaped: {reaped_text(reaped)}")
-    return 0
+    return answer(args, reaped_json(reaped), f"reaped: {reaped_text(reaped)}")
 
 
 def cmd_prune(args: argparse.Namespace) -> int:
@@ -83,8 +79,7 @@ def cmd_prune(args: argparse.Namespace) -> int:
         )
     removed = run_async(args, lambda conn: _prune(conn, args))
     done, markers = removed.done_rows, removed.markers
-    with open_database(args) as conn:
-        failed = ops.count_failed(conn, schema=current_schema())
+    failed = run_operation(args, ops.count_failed)
     if args.json:
         print_json({**pruned_json(removed), "xato_kept": failed})
         return 0

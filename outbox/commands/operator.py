@@ -9,12 +9,14 @@ found a problem.
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from outbox import ops
-from outbox.commands.common import complain, open_database, print_json
+from outbox.commands.common import answer, answer_newest, complain, print_json, run_operation
 from outbox.commands.options import (
     BIGINT_MAX,
     Commands,
+    Parser,
     add_bot_filter,
     add_lease,
     add_priority_filter,
@@ -30,7 +32,6 @@ from outbox.ops.views import message as view
 from outbox.ops.views import pause as pause_view
 from outbox.ops.views import status as status_view
 from outbox.ops.views._text import span
-from outbox.schema import current_schema
 
 __all__ = ["register"]
 
@@ -39,41 +40,30 @@ MAX_LIST_LIMIT = 1_000_000
 DEFAULT_MAX_LAG = 300.0
 
 
+def _row_filter(args: argparse.Namespace) -> dict[str, Any]:
+    """The rows that --tur, --queue, --priority and --bot keep, as the operations take them."""
+    return {"kind": args.tur, "queue": args.queue, "priority": args.priority, "bot": args.bot}
+
+
 def cmd_list(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        # One row more than shown tells whether there are more.
-        found = ops.list_messages(
-            conn,
-            schema=current_schema(),
-            state=args.holat,
-            kind=args.tur,
-            limit=args.limit + 1,
-            queue=args.queue,
-            priority=args.priority,
-            bot=args.bot,
-        )
-    messages = found[: args.limit]
-    if args.json:
-        print_json([view.message_json(m) for m in messages])
-    elif messages:
-        print("\n".join(view.messages_table(messages)))
-        if len(found) > args.limit:
-            print(f"(the newest {args.limit} shown; more match: --limit N)")
-    else:
-        print("no outbox messages match")
-    return 0
+    filters = {"state": args.holat, **_row_filter(args)}
+    # One row more than shown tells whether there are more.
+    found = run_operation(args, ops.list_messages, limit=args.limit + 1, **filters)
+    return answer_newest(
+        args,
+        found,
+        view.message_json,
+        view.messages_table,
+        more="more match",
+        none="no outbox messages match",
+    )
 
 
 def cmd_show(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        message = ops.get_message(conn, args.id, schema=current_schema())
+    message = run_operation(args, ops.get_message, args.id)
     if message is None:
         raise NotFound(f"no outbox message with id {args.id}")
-    if args.json:
-        print_json(view.message_json(message))
-    else:
-        print("\n".join(view.message_lines(message)))
-    return 0
+    return answer(args, view.message_json(message), view.message_lines(message))
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
@@ -82,21 +72,13 @@ def cmd_replay(args: argparse.Namespace) -> int:
         raise InvalidInput("give message ids or --all-failed, not both")
     if not bulk and not args.ids:
         raise InvalidInput("give one or more message ids, or --all-failed")
-    filters = (args.tur, args.since, args.queue, args.bot, args.priority)
-    if not bulk and any(f is not None for f in filters):
+    filters = _row_filter(args)
+    if not bulk and any(f is not None for f in (*filters.values(), args.since)):
         raise InvalidInput("--tur, --queue, --bot, --priority and --since only filter --all-failed")
-    with open_database(args) as conn:
-        results = ops.replay(
-            conn,
-            None if bulk else args.ids,
-            schema=current_schema(),
-            force=args.force,
-            kind=args.tur,
-            failed_within_seconds=args.since,
-            queue=args.queue,
-            bot=args.bot,
-            priority=args.priority,
-        )
+    ids = None if bulk else args.ids
+    results = run_operation(
+        args, ops.replay, ids, force=args.force, failed_within_seconds=args.since, **filters
+    )
     refused = [r for r in results if not r.replayed]
     if args.json:
         print_json(view.replay_json(results))
@@ -132,15 +114,14 @@ def _bulk_filter(args: argparse.Namespace) -> str:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    with open_database(args) as conn:
-        report = ops.status(
-            conn,
-            schema=current_schema(),
-            lease_seconds=args.lease,
-            max_lag=args.max_lag,
-            queue=args.queue,
-            bot=args.bot,
-        )
+    report = run_operation(
+        args,
+        ops.status,
+        lease_seconds=args.lease,
+        max_lag=args.max_lag,
+        queue=args.queue,
+        bot=args.bot,
+    )
     warnings, problems = status_view.health(
         report, lease=args.lease, max_lag=args.max_lag, max_failed=args.max_failed
     )
@@ -164,6 +145,11 @@ def cmd_status(args: argparse.Namespace) -> int:
     return 0
 
 
+def _add_kind_filter(parser: Parser, env: str, help: str) -> None:
+    """--kind (the column's --tur too), with the command's own twin."""
+    parser.add("--kind", "--tur", dest="tur", env=env, default=None, help=help, metavar="KIND")
+
+
 def register(commands: Commands) -> None:
     listing = commands.add("list", cmd_list, "messages, newest first", json=True)
     listing.add(
@@ -176,15 +162,7 @@ def register(commands: Commands) -> None:
         help="only this state: kutmoqda, bajarilmoqda, bajarildi or xato",
         metavar="STATE",
     )
-    listing.add(
-        "--kind",
-        "--tur",
-        dest="tur",
-        env="OUTBOX_LIST_TUR",
-        default=None,
-        help="only this kind, e.g. eslatma",
-        metavar="KIND",
-    )
+    _add_kind_filter(listing, "OUTBOX_LIST_TUR", "only this kind, e.g. eslatma")
     listing.add(
         "--limit",
         env="OUTBOX_LIST_LIMIT",
@@ -212,15 +190,7 @@ def register(commands: Commands) -> None:
         help="replay even if the key was already sent: it is sent again",
     )
     replay.add_argument("--all-failed", action="store_true", help="replay every xato message")
-    replay.add(
-        "--kind",
-        "--tur",
-        dest="tur",
-        env="OUTBOX_REPLAY_TUR",
-        default=None,
-        help="with --all-failed: only this kind",
-        metavar="KIND",
-    )
+    _add_kind_filter(replay, "OUTBOX_REPLAY_TUR", "with --all-failed: only this kind")
     replay.add(
         "--since",
         env="OUTBOX_REPLAY_SINCE",

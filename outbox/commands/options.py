@@ -20,9 +20,9 @@ from typing import Any, NoReturn, TypeVar
 from outbox.api import MAX_PRIORITY, MIN_PRIORITY
 from outbox.config import DEFAULT_LEASE, MAX_DURATION
 from outbox.durations import format_duration, parse_duration
-from outbox.errors import ConfigError, InvalidInput, OutboxError
+from outbox.errors import InvalidInput, OutboxError
 from outbox.redact import LOG_FORMATS, redact
-from outbox.schema import DEFAULT_SCHEMA, validate_queue, validate_schema
+from outbox.schema import DEFAULT_SCHEMA, checked_queue, validate_schema
 from outbox.states import State
 
 __all__ = [
@@ -167,10 +167,7 @@ def state_name(raw: str) -> str:
 
 
 def queue_name(raw: str) -> str:
-    try:
-        return validate_queue(raw.strip())
-    except ConfigError as err:
-        raise InvalidInput(str(err)) from None
+    return checked_queue(raw.strip())
 
 
 def direct_url(raw: str) -> str:

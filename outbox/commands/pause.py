@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from outbox import ops
-from outbox.commands.common import open_database, print_json
+from outbox.commands.common import answer, open_database, print_json, run_operation
 from outbox.commands.options import Commands, Parser, queue_name
 from outbox.errors import InvalidInput, NotFound
 from outbox.ops.views import batch as batch_view
@@ -24,69 +25,66 @@ from outbox.schema import current_schema
 __all__ = ["register"]
 
 
-def _scope_of(args: argparse.Namespace) -> tuple[Scope, str]:
+def _on_scope(
+    args: argparse.Namespace, act: Callable[..., bool]
+) -> tuple[dict[str, str], str, bool]:
+    """Pause or resume (``act``) the one scope the flags name: its JSON fields, its words
+    (``queue mail``) and whether that changed anything."""
     chosen = [(scope, getattr(args, scope.option)) for scope in Scope]
     given = [(scope, value) for scope, value in chosen if value is not None]
     if len(given) != 1:
         raise InvalidInput("name one of --queue, --bot, --tur or --batch")
-    return given[0]
+    scope, value = given[0]
+    changed = run_operation(args, act, scope, value)
+    return {"scope": scope.option, "value": value}, f"{scope.option} {value}", changed
 
 
 def cmd_pause(args: argparse.Namespace) -> int:
-    scope, value = _scope_of(args)
-    with open_database(args) as conn:
-        new = ops.pause(conn, scope, value, schema=current_schema())
-    what = f"{scope.option} {value}"
-    if args.json:
-        print_json({"scope": scope.option, "value": value, "paused": True, "already": not new})
-    elif new:
-        print(f"paused {what}: no relay claims its rows until `outbox resume --{what}`")
-    else:
-        print(f"{what} was paused already")
-    return 0
+    named, what, new = _on_scope(args, ops.pause)
+    return answer(
+        args,
+        {**named, "paused": True, "already": not new},
+        f"paused {what}: no relay claims its rows until `outbox resume --{what}`"
+        if new
+        else f"{what} was paused already",
+    )
 
 
 def cmd_resume(args: argparse.Namespace) -> int:
     if args.paid is not None:
         return _resume_paid(args)
-    scope, value = _scope_of(args)
-    with open_database(args) as conn:
-        lifted = ops.resume(conn, scope, value, schema=current_schema())
-    what = f"{scope.option} {value}"
-    if args.json:
-        print_json({"scope": scope.option, "value": value, "resumed": lifted})
-    elif lifted:
-        print(f"resumed {what}: the relays claim its rows again")
-    else:
-        print(f"{what} was not paused")
-    return 0
+    named, what, lifted = _on_scope(args, ops.resume)
+    return answer(
+        args,
+        {**named, "resumed": lifted},
+        f"resumed {what}: the relays claim its rows again" if lifted else f"{what} was not paused",
+    )
 
 
 def _resume_paid(args: argparse.Namespace) -> int:
     if any(getattr(args, scope.option) is not None for scope in Scope):
         raise InvalidInput("--paid resumes a bot's paid lane alone: leave out the other scopes")
-    with open_database(args) as conn:
-        lifted = ops.resume_paid_lane(conn, args.paid, schema=current_schema())
-    if args.json:
-        print_json({"scope": "paid", "value": args.paid, "resumed": lifted})
-    elif lifted:
-        print(f"resumed the paid lane of bot {args.paid}: the relays send its paid rows again")
-    else:
-        print(f"the paid lane of bot {args.paid} was not stopped")
-    return 0
+    lifted = run_operation(args, ops.resume_paid_lane, args.paid)
+    return answer(
+        args,
+        {"scope": "paid", "value": args.paid, "resumed": lifted},
+        f"resumed the paid lane of bot {args.paid}: the relays send its paid rows again"
+        if lifted
+        else f"the paid lane of bot {args.paid} was not stopped",
+    )
 
 
 def cmd_pauses(args: argparse.Namespace) -> int:
     with open_database(args) as conn:
         found = ops.list_pauses(conn, schema=current_schema())
         stops = ops.paid_lane_stops(conn, schema=current_schema())
-    if args.json:
-        print_json([view.pause_json(p) for p in found] + [view.paid_stop_json(s) for s in stops])
-    elif found or stops:
-        print("\n".join(view.pauses_lines(found) + view.paid_stops_lines(stops)))
-    else:
-        print("nothing is paused")
-    return 0
+    return answer(
+        args,
+        [view.pause_json(p) for p in found] + [view.paid_stop_json(s) for s in stops],
+        view.pauses_lines(found) + view.paid_stops_lines(stops)
+        if found or stops
+        else "nothing is paused",
+    )
 
 
 def cmd_batch(args: argparse.Namespace) -> int:
@@ -95,8 +93,7 @@ def cmd_batch(args: argparse.Namespace) -> int:
         raise InvalidInput("--csv writes the report alone: leave out --json and --cancel")
     if args.csv:
         return _batch_report(args, name)
-    with open_database(args) as conn:
-        cancelled, progress = ops.batch(conn, name, schema=current_schema(), cancel=args.cancel)
+    cancelled, progress = run_operation(args, ops.batch, name, cancel=args.cancel)
     if progress.total == 0:
         raise NotFound(f"no outbox rows in batch {name!r}")
     if args.json:

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from outbox.commands.common import database_url
 from outbox.commands.options import (
     Commands,
+    Converter,
     Parser,
     add_lease,
     direct_url,
@@ -96,182 +97,179 @@ def register(commands: Commands) -> None:
     _relay_flags(relay)
 
 
+# The relay's settings in --help's order: flag, default, range, meaning and any other argparse
+# keyword; each has its environment twin OUTBOX_<FLAG> unless it names another (env).
+_Setting = (
+    tuple[str, Any, Converter[Any], str] | tuple[str, Any, Converter[Any], str, dict[str, Any]]
+)
+_CLAIMING: tuple[_Setting, ...] = (
+    (
+        "--concurrency",
+        DEFAULT_CONCURRENCY,
+        whole_number(1, MAX_CONCURRENCY),
+        f"sends in flight at once (at most {MAX_CONCURRENCY})",
+    ),
+    (
+        "--batch-size",
+        DEFAULT_BATCH_SIZE,
+        whole_number(1, MAX_BATCH_SIZE),
+        f"rows claimed per round trip at most (at most {MAX_BATCH_SIZE})",
+    ),
+    (
+        "--claim-ahead",
+        DEFAULT_CLAIM_AHEAD,
+        whole_number(0, MAX_BATCH_SIZE),
+        "rows claimed beyond the free send slots at most, so a freed slot starts at once",
+    ),
+    (
+        "--poll-only",
+        False,
+        flag_bool,
+        "no LISTEN/NOTIFY (PgBouncer transaction pooling)",
+        {"nargs": "?", "const": True},
+    ),
+    (
+        "--listen-database-url",
+        None,
+        direct_url,
+        "LISTEN on this URL (PostgreSQL itself) while claims and writes go through "
+        "--database-url (PgBouncer in transaction pooling): wake-ups in milliseconds, not polls; "
+        "with a password, prefer the variable",
+        {"metavar": "URL"},
+    ),
+    (
+        "--poll-interval",
+        None,
+        duration(MAX_WAIT, positive=True),
+        "look for due rows at least this often (default 30s, 1s with --poll-only)",
+    ),
+    (
+        "--queue",
+        None,
+        queue_names,
+        "the queues this relay serves, all of its bot (the token): they share the bot's "
+        "limits and flood pause; repeat or separate with commas (default: default)",
+        {"env": "OUTBOX_QUEUES", "action": _QueuesAction, "dest": "queues"},
+    ),
+    (
+        "--tokens-dir",
+        None,
+        tokens_dir,
+        "serve every bot whose token is in a file of DIR (one token per file; files added, "
+        "replaced or removed are picked up while the relay runs): the rows that name the bot "
+        "(enqueue(bot=ID)); without it, the one bot of TELEGRAM_BOT_TOKEN sends the rows that "
+        "name no bot",
+        {"metavar": "DIR"},
+    ),
+    (
+        "--slot-horizon",
+        DEFAULT_SLOT_HORIZON,
+        duration(60, positive=True),
+        "how far ahead a claim reserves the bot's send slots for its relays; a reply "
+        "of a higher priority waits about this long behind a broadcast",
+    ),
+    (
+        "--rate-limit",
+        _LIMITS.per_bot,
+        number(0, MAX_RATE),
+        f"messages/s per bot, for all its relays together (at most {MAX_RATE:g}); "
+        "0 switches it off",
+    ),
+    (
+        "--paid-rate-limit",
+        _LIMITS.paid_per_bot,
+        number(0, MAX_RATE),
+        "messages/s per bot for the rows sent with allow_paid_broadcast, a budget of "
+        f"their own beside --rate-limit (Telegram: up to 1,000/s, for Stars; at most "
+        f"{MAX_RATE:g}); 0: no paid lane, they share --rate-limit",
+    ),
+    (
+        "--chat-rate-limit",
+        _LIMITS.per_chat,
+        number(0, MAX_RATE),
+        f"messages/s per private chat (at most {MAX_RATE:g}); 0: off",
+    ),
+    (
+        "--group-rate-limit",
+        _LIMITS.per_group_per_minute,
+        number(0, MAX_GROUP_RATE),
+        f"messages/min per group (at most {MAX_GROUP_RATE:g}); 0: off",
+    ),
+    (
+        "--max-attempts",
+        _RETRY.max_attempts,
+        whole_number(1, MAX_ATTEMPTS),
+        f"attempts before a row goes to xato (at most {MAX_ATTEMPTS})",
+    ),
+    (
+        "--backoff-base",
+        _RETRY.base_seconds,
+        duration(MAX_WAIT),
+        "first retry delay; doubles each attempt",
+    ),
+)
+# After --lease (add_lease, shared with the operator commands).
+_RUNNING: tuple[_Setting, ...] = (
+    (
+        "--grace",
+        DEFAULT_GRACE,
+        duration(MAX_WAIT),
+        "on SIGTERM, how long in-flight sends may finish (a second SIGTERM: at once)",
+    ),
+    (
+        "--telegram-timeout",
+        DEFAULT_TELEGRAM_TIMEOUT,
+        duration(MAX_WAIT, positive=True),
+        "how long to wait for the Bot API's answer (no answer: maybe delivered, retried)",
+    ),
+    (
+        "--retention",
+        DEFAULT_RETENTION,
+        duration(),
+        "delete bajarildi rows older than this (0: keep them)",
+    ),
+    (
+        "--marker-retention",
+        DEFAULT_MARKER_RETENTION,
+        duration(),
+        "delete sent markers older than this",
+    ),
+    (
+        "--heartbeat",
+        DEFAULT_HEARTBEAT,
+        duration(MAX_HEARTBEAT, positive=True),
+        "how often the relay writes its heartbeat into the fleet's register (outbox "
+        "relays); also how often /healthz checks the database",
+    ),
+    (
+        "--metrics-port",
+        0,
+        port,
+        "serve Prometheus metrics, /healthz and /readyz on this port (0: none)",
+    ),
+    (
+        "--metrics-host",
+        "127.0.0.1",
+        str,
+        "address the metrics endpoint listens on (0.0.0.0: every interface)",
+    ),
+)
+
+
+def _add_settings(parser: Parser, settings: tuple[_Setting, ...]) -> None:
+    for flag, default, convert, help, *extra in settings:
+        twin = "OUTBOX_" + flag.removeprefix("--").upper().replace("-", "_")
+        options = {"env": twin, **(extra[0] if extra else {})}
+        parser.add(flag, **options, default=default, convert=convert, help=help)
+
+
 def _relay_flags(parser: Parser) -> None:
     mode = parser.add_mutually_exclusive_group()
     mode.add_argument("--once", action="store_true", help="claim and send one batch, then exit")
     mode.add_argument("--drain", action="store_true", help="exit once nothing is due")
-    parser.add(
-        "--concurrency",
-        env="OUTBOX_CONCURRENCY",
-        default=DEFAULT_CONCURRENCY,
-        convert=whole_number(1, MAX_CONCURRENCY),
-        help=f"sends in flight at once (at most {MAX_CONCURRENCY})",
-    )
-    parser.add(
-        "--batch-size",
-        env="OUTBOX_BATCH_SIZE",
-        default=DEFAULT_BATCH_SIZE,
-        convert=whole_number(1, MAX_BATCH_SIZE),
-        help=f"rows claimed per round trip at most (at most {MAX_BATCH_SIZE})",
-    )
-    parser.add(
-        "--claim-ahead",
-        env="OUTBOX_CLAIM_AHEAD",
-        default=DEFAULT_CLAIM_AHEAD,
-        convert=whole_number(0, MAX_BATCH_SIZE),
-        help="rows claimed beyond the free send slots at most, so a freed slot starts at once",
-    )
-    parser.add(
-        "--poll-only",
-        env="OUTBOX_POLL_ONLY",
-        default=False,
-        convert=flag_bool,
-        nargs="?",
-        const=True,
-        help="no LISTEN/NOTIFY (PgBouncer transaction pooling)",
-    )
-    parser.add(
-        "--listen-database-url",
-        env="OUTBOX_LISTEN_DATABASE_URL",
-        default=None,
-        convert=direct_url,
-        metavar="URL",
-        help="LISTEN on this URL (PostgreSQL itself) while claims and writes go through "
-        "--database-url (PgBouncer in transaction pooling): wake-ups in milliseconds, not polls; "
-        "with a password, prefer the variable",
-    )
-    parser.add(
-        "--poll-interval",
-        env="OUTBOX_POLL_INTERVAL",
-        default=None,
-        convert=duration(MAX_WAIT, positive=True),
-        help="look for due rows at least this often (default 30s, 1s with --poll-only)",
-    )
-    parser.add(
-        "--queue",
-        env="OUTBOX_QUEUES",
-        default=None,
-        convert=queue_names,
-        action=_QueuesAction,
-        dest="queues",
-        help="the queues this relay serves, all of its bot (the token): they share the bot's "
-        "limits and flood pause; repeat or separate with commas (default: default)",
-    )
-    parser.add(
-        "--tokens-dir",
-        env="OUTBOX_TOKENS_DIR",
-        default=None,
-        convert=tokens_dir,
-        metavar="DIR",
-        help="serve every bot whose token is in a file of DIR (one token per file; files added, "
-        "replaced or removed are picked up while the relay runs): the rows that name the bot "
-        "(enqueue(bot=ID)); without it, the one bot of TELEGRAM_BOT_TOKEN sends the rows that "
-        "name no bot",
-    )
-    parser.add(
-        "--slot-horizon",
-        env="OUTBOX_SLOT_HORIZON",
-        default=DEFAULT_SLOT_HORIZON,
-        convert=duration(60, positive=True),
-        help="how far ahead a claim reserves the bot's send slots for its relays; a reply "
-        "of a higher priority waits about this long behind a broadcast",
-    )
-    parser.add(
-        "--rate-limit",
-        env="OUTBOX_RATE_LIMIT",
-        default=_LIMITS.per_bot,
-        convert=number(0, MAX_RATE),
-        help=f"messages/s per bot, for all its relays together (at most {MAX_RATE:g}); "
-        "0 switches it off",
-    )
-    parser.add(
-        "--paid-rate-limit",
-        env="OUTBOX_PAID_RATE_LIMIT",
-        default=_LIMITS.paid_per_bot,
-        convert=number(0, MAX_RATE),
-        help="messages/s per bot for the rows sent with allow_paid_broadcast, a budget of "
-        f"their own beside --rate-limit (Telegram: up to 1,000/s, for Stars; at most "
-        f"{MAX_RATE:g}); 0: no paid lane, they share --rate-limit",
-    )
-    parser.add(
-        "--chat-rate-limit",
-        env="OUTBOX_CHAT_RATE_LIMIT",
-        default=_LIMITS.per_chat,
-        convert=number(0, MAX_RATE),
-        help=f"messages/s per private chat (at most {MAX_RATE:g}); 0: off",
-    )
-    parser.add(
-        "--group-rate-limit",
-        env="OUTBOX_GROUP_RATE_LIMIT",
-        default=_LIMITS.per_group_per_minute,
-        convert=number(0, MAX_GROUP_RATE),
-        help=f"messages/min per group (at most {MAX_GROUP_RATE:g}); 0: off",
-    )
-    parser.add(
-        "--max-attempts",
-        env="OUTBOX_MAX_ATTEMPTS",
-        default=_RETRY.max_attempts,
-        convert=whole_number(1, MAX_ATTEMPTS),
-        help=f"attempts before a row goes to xato (at most {MAX_ATTEMPTS})",
-    )
-    parser.add(
-        "--backoff-base",
-        env="OUTBOX_BACKOFF_BASE",
-        default=_RETRY.base_seconds,
-        convert=duration(MAX_WAIT),
-        help="first retry delay; doubles each attempt",
-    )
+    _add_settings(parser, _CLAIMING)
     add_lease(parser, "a claim older than this is reaped")
-    parser.add(
-        "--grace",
-        env="OUTBOX_GRACE",
-        default=DEFAULT_GRACE,
-        convert=duration(MAX_WAIT),
-        help="on SIGTERM, how long in-flight sends may finish (a second SIGTERM: at once)",
-    )
-    parser.add(
-        "--telegram-timeout",
-        env="OUTBOX_TELEGRAM_TIMEOUT",
-        default=DEFAULT_TELEGRAM_TIMEOUT,
-        convert=duration(MAX_WAIT, positive=True),
-        help="how long to wait for the Bot API's answer (no answer: maybe delivered, retried)",
-    )
-    parser.add(
-        "--retention",
-        env="OUTBOX_RETENTION",
-        default=DEFAULT_RETENTION,
-        convert=duration(),
-        help="delete bajarildi rows older than this (0: keep them)",
-    )
-    parser.add(
-        "--marker-retention",
-        env="OUTBOX_MARKER_RETENTION",
-        default=DEFAULT_MARKER_RETENTION,
-        convert=duration(),
-        help="delete sent markers older than this",
-    )
-    parser.add(
-        "--heartbeat",
-        env="OUTBOX_HEARTBEAT",
-        default=DEFAULT_HEARTBEAT,
-        convert=duration(MAX_HEARTBEAT, positive=True),
-        help="how often the relay writes its heartbeat into the fleet's register (outbox "
-        "relays); also how often /healthz checks the database",
-    )
-    parser.add(
-        "--metrics-port",
-        env="OUTBOX_METRICS_PORT",
-        default=0,
-        convert=port,
-        help="serve Prometheus metrics, /healthz and /readyz on this port (0: none)",
-    )
-    parser.add(
-        "--metrics-host",
-        env="OUTBOX_METRICS_HOST",
-        default="127.0.0.1",
-        convert=str,
-        help="address the metrics endpoint listens on (0.0.0.0: every interface)",
-    )
+    _add_settings(parser, _RUNNING)
 
 
 def _relay_config(args: argparse.Namespace, url: str) -> RelayConfig:

@@ -17,7 +17,6 @@ from typing import Any
 from outbox import sql
 from outbox.db import operator_connection as connect
 from outbox.db import operator_connection_async as connect_async
-from outbox.errors import ConfigError, InvalidInput
 from outbox.queries import (
     Activity,
     BatchProgress,
@@ -40,19 +39,18 @@ from outbox.queries import (
     list_pauses,
     list_relays,
     paid_lane_stops,
+    pause,
     queue_status,
     replay,
+    resume,
     resume_paid_lane,
     search_messages,
     unpaused_lag,
     unserved_queues,
 )
-from outbox.queries import pause as _pause
-from outbox.queries import resume as _resume
 from outbox.queries._common import Reading, operation
 from outbox.queries.chats import BlockedChat, blocked_chats, unblock
-from outbox.queries.pause import check_batch_name, check_name
-from outbox.schema import validate_queue
+from outbox.queries.pause import check_batch_name
 from outbox.states import State
 
 __all__ = [
@@ -208,27 +206,6 @@ def cancel_message(message_id: int, *, schema: str) -> Reading[tuple[bool, Messa
 
 
 # --- pauses and batches --------------------------------------------------------------------
-
-
-def _scope_value(scope: Scope, value: str) -> str:
-    if scope == Scope.QUEUE:
-        try:
-            validate_queue(value)
-        except ConfigError as err:
-            raise InvalidInput(str(err)) from None
-    return check_name(value, "a pause")
-
-
-@operation
-def pause(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
-    """Stop every relay claiming the rows of ``scope`` = ``value``; False if paused already."""
-    return (yield from _pause.steps(scope, _scope_value(scope, value), schema=schema))
-
-
-@operation
-def resume(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
-    """Lift a pause (the relays are woken at commit); False if it was not paused."""
-    return (yield from _resume.steps(scope, _scope_value(scope, value), schema=schema))
 
 
 @operation

@@ -43,7 +43,7 @@ from outbox.queries._common import (
 # here, as before, though not part of __all__.
 from outbox.queries._common import AsyncConn as AsyncConn
 from outbox.queries._common import Steps as Steps
-from outbox.queries.app import Lane, cancel, enqueue, sent_keys, update_pending
+from outbox.queries.app import Lane, Route, cancel, enqueue, sent_keys, update_pending
 from outbox.queries.batch import BatchProgress, batch_progress, cancel_batch, enqueue_many
 from outbox.queries.claim import (
     ClaimedRow,
@@ -143,6 +143,7 @@ __all__ = [
     "Reaped",
     "RelayRecord",
     "ReplayResult",
+    "Route",
     "Scope",
     "SentMarker",
     "SyncConn",

@@ -33,37 +33,42 @@ class Lane(NamedTuple):
     quiet_hours: bool = False
 
 
-def enqueue(
-    *,
-    schema: str,
-    kind: str,
-    key: str,
-    payload: Mapping[str, Any],
-    run_at: datetime | None,
-    queue: str = DEFAULT_QUEUE,
-    batch: str | None = None,
-    lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
-    bot: str | None = None,
-    trace: TraceContext = NO_TRACE,
-) -> Steps:
-    """Insert one message; the result is ``(id, created)``. An existing key returns its row.
-    ``trace``: the enqueuing span's context, kept for the relay's span of the send."""
-    params = {
-        "ustuvorlik": lane.priority,
-        "eng_erta": lane.earliest,
-        "eskirish": lane.expires_at,
-        "ordered": lane.ordered,
-        "tinch": lane.quiet_hours,
-        "tur": kind,
-        "kalit": key,
-        "payload": json.dumps(payload),
-        "run_at": run_at,
-        "navbat": queue,
-        "partiya": batch,
-        "bot": bot,
-        "traceparent": trace.traceparent,
-        "tracestate": trace.tracestate,
-    }
+class Route(NamedTuple):
+    """Where and how a message goes: what ``enqueue`` and ``enqueue_many`` write beside the
+    messages themselves."""
+
+    kind: str
+    run_at: datetime | None
+    queue: str = DEFAULT_QUEUE
+    batch: str | None = None
+    lane: Lane = Lane()
+    bot: str | None = None
+    # The enqueuing span's context, kept for the relay's span of the send (the same for every
+    # row of an enqueue_many: one request's).
+    trace: TraceContext = NO_TRACE
+
+    def params(self) -> dict[str, Any]:
+        """Its columns, named as both enqueue statements name them."""
+        lane, trace = self.lane, self.trace
+        return {
+            "tur": self.kind,
+            "run_at": self.run_at,
+            "navbat": self.queue,
+            "partiya": self.batch,
+            "ustuvorlik": lane.priority,
+            "eng_erta": lane.earliest,
+            "eskirish": lane.expires_at,
+            "ordered": lane.ordered,
+            "tinch": lane.quiet_hours,
+            "bot": self.bot,
+            "traceparent": trace.traceparent,
+            "tracestate": trace.tracestate,
+        }
+
+
+def enqueue(*, schema: str, key: str, payload: Mapping[str, Any], route: Route) -> Steps:
+    """Insert one message; the result is ``(id, created)``. An existing key returns its row."""
+    params = {**route.params(), "kalit": key, "payload": json.dumps(payload)}
     row = (yield sql.sa_sql("enqueue", schema), params).first()
     if row is None:
         # The conflicting row was committed by another transaction after this statement's

@@ -16,11 +16,9 @@ from typing import Any
 
 from outbox import sql
 from outbox.queries._common import AnyConn, Reading, Steps, operation
-from outbox.queries.app import Lane
+from outbox.queries.app import Route
 from outbox.queries.operator import cancel_waiting
 from outbox.queries.pause import Pause, Scope
-from outbox.schema import DEFAULT_QUEUE
-from outbox.tracing import NO_TRACE, TraceContext
 
 __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 
@@ -28,19 +26,9 @@ __all__ = ["BatchProgress", "batch_progress", "cancel_batch", "enqueue_many"]
 
 
 def enqueue_many(
-    *,
-    schema: str,
-    kind: str,
-    messages: Sequence[tuple[str, dict[str, Any]]],
-    run_at: datetime | None,
-    queue: str = DEFAULT_QUEUE,
-    batch: str | None = None,
-    lane: Lane = Lane(),  # noqa: B008 - an immutable tuple
-    bot: str | None = None,
-    trace: TraceContext = NO_TRACE,
+    *, schema: str, messages: Sequence[tuple[str, dict[str, Any]]], route: Route
 ) -> Steps:
-    """Insert ``(key, payload)`` pairs in one statement; the result is how many were new.
-    ``trace``: the enqueuing span's context, the same for every row (one request's)."""
+    """Insert ``(key, payload)`` pairs in one statement; the result is how many were new."""
     if not messages:
         return 0
     rows = json.dumps(
@@ -48,22 +36,7 @@ def enqueue_many(
         separators=(",", ":"),
         ensure_ascii=False,
     )
-    params = {
-        "tur": kind,
-        "rows": rows,
-        "run_at": run_at,
-        "navbat": queue,
-        "partiya": batch,
-        "ustuvorlik": lane.priority,
-        "eng_erta": lane.earliest,
-        "eskirish": lane.expires_at,
-        "ordered": lane.ordered,
-        "tinch": lane.quiet_hours,
-        "bot": bot,
-        "traceparent": trace.traceparent,
-        "tracestate": trace.tracestate,
-    }
-    result = yield sql.sa_sql("enqueue_many", schema), params
+    result = yield sql.sa_sql("enqueue_many", schema), {**route.params(), "rows": rows}
     return int(result.scalar_one())
 
 

@@ -4,7 +4,7 @@ web page's activity and filters. Operations of named queries (``outbox/sql/opera
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -115,31 +115,19 @@ def _history(text: str) -> list[Any]:
     return history if isinstance(history, list) else [history]
 
 
+# The fields of a Message that the ``messages`` query gives as they are (the others are read).
+_AS_SELECTED = tuple(
+    f.name for f in fields(Message) if f.name not in {"payload", "history", "marker", "holds"}
+)
+
+
 def _message(row: Any) -> Message:
     """A row of the ``messages`` query, read by name: the select list's order does not matter."""
     return Message(
-        id=row.id,
-        kind=row.kind,
-        key=row.key,
+        **{name: getattr(row, name) for name in _AS_SELECTED},
         payload=read_json(row.payload),
-        state=row.state,
-        attempts=row.attempts,
-        next_attempt_at=row.next_attempt_at,
-        claimed_at=row.claimed_at,
-        last_error=row.last_error,
         history=_history(row.history),
-        created_at=row.created_at,
-        updated_at=row.updated_at,
         marker=_marker(row),
-        queue=row.queue,
-        error_code=row.error_code,
-        failed_at=row.failed_at,
-        batch=row.batch,
-        priority=row.priority,
-        earliest=row.earliest,
-        expires_at=row.expires_at,
-        bot=row.bot,
-        traceparent=row.traceparent,
     )
 
 

@@ -16,7 +16,7 @@ from enum import StrEnum
 
 from outbox.errors import InvalidInput
 from outbox.queries._common import Reading, operation
-from outbox.schema import notify_channel
+from outbox.schema import checked_queue, notify_channel
 
 __all__ = [
     "PAID_STOP_SECONDS",
@@ -120,17 +120,25 @@ def check_batch_name(value: str) -> str:
     return check_name(value, "a batch")
 
 
+def _checked_value(scope: Scope, value: str) -> str:
+    """What a pause of ``scope`` names, checked: a queue's name as a relay's --queue takes it."""
+    if scope == Scope.QUEUE:
+        checked_queue(value)
+    return check_name(value)
+
+
 @operation
 def pause(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
     """Pause ``scope`` = ``value`` for every relay; False if it was paused already."""
-    rows = yield "pause", schema, {"doira": scope.value, "qiymat": check_name(value)}
+    rows = yield "pause", schema, {"doira": scope.value, "qiymat": _checked_value(scope, value)}
     return bool(rows)
 
 
 @operation
 def resume(scope: Scope, value: str, *, schema: str) -> Reading[bool]:
     """Lift the pause of ``scope`` = ``value`` (waking the relays); False if it was not paused."""
-    params = {"doira": scope.value, "qiymat": check_name(value), "channel": notify_channel(schema)}
+    value = _checked_value(scope, value)
+    params = {"doira": scope.value, "qiymat": value, "channel": notify_channel(schema)}
     return bool((yield "resume", schema, params))
 
 

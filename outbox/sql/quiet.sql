@@ -7,22 +7,19 @@
 -- no claim judges them by the hours replaced. outbox_tinch_idx finds them by chat.
 
 -- name: set_quiet_hours
-WITH hours AS (
+-- :boshi NULL clears the chat's hours.
+WITH gone AS (
+    DELETE FROM tinch_soatlar
+    WHERE CAST(:boshi AS time) IS NULL
+      AND bot = CAST(:bot AS text) AND chat = CAST(:chat AS text)
+),
+hours AS (
     INSERT INTO tinch_soatlar (bot, chat, boshi, oxiri, tz)
-    VALUES (CAST(:bot AS text), CAST(:chat AS text), CAST(:boshi AS time), CAST(:oxiri AS time),
-            CAST(:tz AS text))
+    SELECT CAST(:bot AS text), CAST(:chat AS text), CAST(:boshi AS time), CAST(:oxiri AS time),
+           CAST(:tz AS text)
+    WHERE CAST(:boshi AS time) IS NOT NULL
     ON CONFLICT (bot, chat) DO UPDATE
     SET boshi = excluded.boshi, oxiri = excluded.oxiri, tz = excluded.tz, yangilangan = now()
-)
-UPDATE outbox
-SET keyingi_urinish = coalesce(tinch_oldin, keyingi_urinish), tinch_oldin = NULL,
-    yangilangan = CASE WHEN tinch_oldin IS NULL THEN yangilangan ELSE now() END
-WHERE suhbat = CAST(:chat AS text) AND tinch AND holat = 'kutmoqda'
-  AND coalesce(bot, '') = CAST(:bot AS text);
-
--- name: clear_quiet_hours
-WITH gone AS (
-    DELETE FROM tinch_soatlar WHERE bot = CAST(:bot AS text) AND chat = CAST(:chat AS text)
 )
 UPDATE outbox
 SET keyingi_urinish = coalesce(tinch_oldin, keyingi_urinish), tinch_oldin = NULL,

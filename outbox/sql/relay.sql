@@ -65,7 +65,9 @@ WHERE o.id = r.id AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinis
 -- name: record_outcomes_moved
 -- record_outcomes for a batch with a group that became a supergroup: the payload gets the new
 -- chat id in the same write. Apart because an update that sets payload runs its checks
--- (outbox_0013's trigger) on every row of the batch.
+-- (outbox_0013's trigger) on every row of the batch. Not a payload update of its own before
+-- record_outcomes: a host's trigger sees the chat move only in the write that ends the claim
+-- (vazifalar's vazifalar_relay_outcome follows the group that way).
 WITH r AS (
     SELECT * FROM json_to_recordset(CAST(:batch AS json))
         AS r(id bigint, urinish int, attempts int, holat text, delay float8, xato text,

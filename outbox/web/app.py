@@ -21,11 +21,11 @@ from aiohttp import web
 
 from outbox import ops
 from outbox.db import check_schema, redact_url
-from outbox.errors import ConfigError, InvalidInput, NotFound, OutboxError
+from outbox.errors import NotFound, OutboxError
 from outbox.ops.views import message as message_view
 from outbox.ops.views import status as status_view
 from outbox.queries import Message, Operation
-from outbox.schema import DEFAULT_QUEUE, validate_queue
+from outbox.schema import DEFAULT_QUEUE, checked_queue
 from outbox.states import State
 from outbox.web import inputs
 from outbox.web.auth import Guard, Proxies, check_bind
@@ -110,10 +110,7 @@ class _FailedFilter:
             or None
         )
         if queue is not None:
-            try:
-                validate_queue(queue)
-            except ConfigError as err:
-                raise InvalidInput(str(err)) from None
+            checked_queue(queue)
         since_text = inputs.field(values, "since", "time filter")
         since = inputs.duration_seconds(since_text, "time filter") if since_text else None
         # "tur" likewise: the page's old spelling of the kind filter.

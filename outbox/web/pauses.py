@@ -10,6 +10,7 @@ messages at once.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -18,7 +19,7 @@ from aiohttp import web
 from outbox import ops
 from outbox.errors import NotFound
 from outbox.ops.views.batch import batch_lines, report_csv
-from outbox.queries import Scope
+from outbox.queries import Operation, Scope
 from outbox.queries.pause import check_batch_name
 from outbox.web import inputs
 from outbox.web.app import run
@@ -32,33 +33,22 @@ log = logging.getLogger("outbox.web")
 _DONE = {"paused": "Paused", "resumed": "Resumed"}
 
 
-def _scope_and_value(form: Any) -> tuple[Scope, str]:
-    scope = Scope.from_option(inputs.field(form, "scope", "pause scope"))
-    return scope, inputs.field(form, "value", "name")
+def _scope_action(
+    act: Operation[..., bool], did: str
+) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
+    """The handler that pauses or resumes (``act``) the scope of its form, then goes back: to
+    the batch's page for a batch, else to the front page."""
 
+    async def handler(request: web.Request) -> web.StreamResponse:
+        form = await read_form(request)
+        word = inputs.field(form, "scope", "pause scope")
+        scope, value = Scope.from_option(word), inputs.field(form, "value", "name")
+        await run(request, act, scope, value, schema=request.app[CONFIG].schema)
+        log.info("web: %s %s %s", did, scope.option, value)
+        back = _batch_path(value) if word == "batch" else "/"
+        raise web.HTTPSeeOther(f"{back}?did={did}")
 
-def _back(form: Any, did: str) -> str:
-    """Where to go after an action: the batch's page for a batch, else the front page."""
-    if inputs.field(form, "scope", "pause scope") == "batch":
-        name = inputs.field(form, "value", "name")
-        return f"{_batch_path(name)}?did={did}"
-    return f"/?did={did}"
-
-
-async def pause_scope(request: web.Request) -> web.StreamResponse:
-    form = await read_form(request)
-    scope, value = _scope_and_value(form)
-    await run(request, ops.pause, scope, value, schema=request.app[CONFIG].schema)
-    log.info("web: paused %s %s", scope.option, value)
-    raise web.HTTPSeeOther(_back(form, "paused"))
-
-
-async def resume_scope(request: web.Request) -> web.StreamResponse:
-    form = await read_form(request)
-    scope, value = _scope_and_value(form)
-    await run(request, ops.resume, scope, value, schema=request.app[CONFIG].schema)
-    log.info("web: resumed %s %s", scope.option, value)
-    raise web.HTTPSeeOther(_back(form, "resumed"))
+    return handler
 
 
 def _batch_path(name: str) -> str:
@@ -131,8 +121,8 @@ async def cancel_batch(request: web.Request) -> web.StreamResponse:
 
 
 def add_routes(app: web.Application) -> None:
-    app.router.add_post("/pause", pause_scope)
-    app.router.add_post("/resume", resume_scope)
+    app.router.add_post("/pause", _scope_action(ops.pause, "paused"))
+    app.router.add_post("/resume", _scope_action(ops.resume, "resumed"))
     app.router.add_get("/batches/{name}", batch_page)
     app.router.add_get("/batches/{name}/report.csv", batch_report)
     app.router.add_post("/batches/{name}/cancel", cancel_batch)
