@@ -13,6 +13,7 @@ import re
 import warnings
 from dataclasses import dataclass
 
+import aiohttp
 import httpx
 from telegram import error as tg
 
@@ -197,9 +198,21 @@ def _retry_after_seconds(err: tg.RetryAfter) -> float:
     return min(seconds, MAX_FLOOD_PAUSE)
 
 
+# The HTTP clients' errors under python-telegram-bot's: the relay's (aiohttp), and httpx for a
+# sender given python-telegram-bot's own request. No connection was made: nothing was sent.
+_TRANSPORT_ERRORS = (aiohttp.ClientError, httpx.HTTPError)
+_NOT_CONNECTED = (
+    aiohttp.ClientConnectorError,  # refused, no route, DNS, TLS
+    aiohttp.ConnectionTimeoutError,  # no connection made, or none free, in time
+    httpx.ConnectError,
+    httpx.ConnectTimeout,
+    httpx.PoolTimeout,
+)
+
+
 def _transport_cause(err: BaseException) -> BaseException | None:
     cause = err.__cause__
-    while cause is not None and not isinstance(cause, httpx.HTTPError):
+    while cause is not None and not isinstance(cause, _TRANSPORT_ERRORS):
         cause = cause.__cause__
     return cause
 
@@ -249,8 +262,7 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
     if isinstance(err, tg.BadRequest):
         return _bad_request_failure(err, message, method)
     if isinstance(err, tg.TimedOut):
-        cause = _transport_cause(err)
-        if isinstance(cause, httpx.ConnectTimeout | httpx.PoolTimeout):
+        if isinstance(_transport_cause(err), _NOT_CONNECTED):
             return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
         return Failure(
             FailureKind.TRANSIENT,
@@ -262,7 +274,7 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
         if cause is None:
             # An HTTP answer with an error status (5xx, a proxy's HTML page).
             return Failure(FailureKind.TRANSIENT, f"Telegram server error: {message}")
-        if isinstance(cause, httpx.ConnectError):
+        if isinstance(cause, _NOT_CONNECTED):
             return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
         return Failure(
             FailureKind.TRANSIENT,

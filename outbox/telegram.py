@@ -4,16 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+from urllib.request import getproxies_environment, proxy_bypass
 
+import aiohttp
 import httpx
 from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram import error as tg
-from telegram.request import BaseRequest, HTTPXRequest, RequestData
+from telegram.request import BaseRequest, RequestData
 
 from outbox.errors import TelegramUnauthorized, TelegramUnavailable
 from outbox.payload import Request, send_message_args
@@ -75,51 +77,31 @@ class Prober(Protocol):
     async def probe(self) -> None: ...
 
 
-class _SpreadRequest(BaseRequest):
-    """python-telegram-bot's httpx requests, spread over several small connection pools.
+class _AiohttpRequest(BaseRequest):
+    """python-telegram-bot's requests carried by aiohttp instead of httpx.
 
-    httpcore walks every connection of its pool when a request starts and when a response ends,
-    and asks each idle one whether its socket is still open. With the relay's 64 or more
-    connections in one pool that walk costs more CPU than the rest of python-telegram-bot
-    together. Pools of a few connections keep the walk short. Each request goes to the pool with
-    the fewest requests in flight, so none waits for a connection while another pool has one
-    free; errors are python-telegram-bot's own, raised by ``HTTPXRequest``.
+    ``Bot`` still builds every request and reads every answer (its error mapping, its
+    exceptions); only the HTTP client under it differs. aiohttp parses HTTP in C and hands out
+    pooled connections without a walk over the pool: a request costs about a third of the CPU
+    httpx takes, and one relay's sends a second are mostly that cost (docs/decisions.md).
+    Errors are raised as python-telegram-bot's own ``HTTPXRequest`` raises them, ``TimedOut``
+    or ``NetworkError``, with aiohttp's exception as the cause (``outbox.classify`` reads it).
     """
 
-    __slots__ = ("_busy", "_pools")
+    __slots__ = ("_connect_timeout", "_connections", "_proxy", "_read_timeout", "_session")
 
-    CONNECTIONS_PER_POOL = 4
-
-    def __init__(self, pools: list[HTTPXRequest]) -> None:
-        self._pools = pools
-        self._busy = [0] * len(pools)
-
-    @classmethod
-    def over(
-        cls, connections: int, *, connect_timeout: float, read_timeout: float
-    ) -> _SpreadRequest:
-        count = max(1, math.ceil(connections / cls.CONNECTIONS_PER_POOL))
-        size = math.ceil(connections / count)
-        # One TLS context for all pools: building one loads the CA bundle.
-        tls = httpx.create_ssl_context()
-        return cls(
-            [
-                HTTPXRequest(
-                    connection_pool_size=size,
-                    connect_timeout=connect_timeout,
-                    read_timeout=read_timeout,
-                    write_timeout=read_timeout,
-                    # A send waits for a free connection as long as for a new one.
-                    pool_timeout=connect_timeout,
-                    httpx_kwargs={"verify": tls},
-                )
-                for _ in range(count)
-            ]
-        )
+    def __init__(
+        self, connections: int, *, api_url: str, connect_timeout: float, read_timeout: float
+    ) -> None:
+        self._connections = connections
+        self._connect_timeout = connect_timeout
+        self._read_timeout = read_timeout
+        self._proxy = env_proxy(api_url)
+        self._session: aiohttp.ClientSession | None = None
 
     @property
     def read_timeout(self) -> float | None:
-        return self._pools[0].read_timeout
+        return self._read_timeout
 
     @staticmethod
     def parse_json_payload(payload: bytes) -> dict[str, Any]:
@@ -135,12 +117,25 @@ class _SpreadRequest(BaseRequest):
         return parsed
 
     async def initialize(self) -> None:
-        for pool in self._pools:
-            await pool.initialize()
+        if self._session is None:
+            self._session = aiohttp.ClientSession(
+                # As many connections as sends in flight; httpx's CA bundle (certifi), so that
+                # a slim container without system certificates reaches Telegram as before.
+                connector=aiohttp.TCPConnector(
+                    limit=self._connections, limit_per_host=0, ssl=httpx.create_ssl_context()
+                ),
+                cookie_jar=aiohttp.DummyCookieJar(),
+            )
 
     async def shutdown(self) -> None:
-        for pool in self._pools:
-            await pool.shutdown()
+        session, self._session = self._session, None
+        if session is not None:
+            await session.close()
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        if self._session is None:
+            raise tg.NetworkError("the HTTP client is not started (initialize() first)")
+        return self._session
 
     async def do_request(  # noqa: PLR0917 - python-telegram-bot's signature
         self,
@@ -152,32 +147,43 @@ class _SpreadRequest(BaseRequest):
         connect_timeout: Any = BaseRequest.DEFAULT_NONE,
         pool_timeout: Any = BaseRequest.DEFAULT_NONE,
     ) -> tuple[int, bytes]:
-        index = self._busy.index(min(self._busy))
-        self._busy[index] += 1
+        read = _given(read_timeout, self._read_timeout)
+        connect = _given(connect_timeout, self._connect_timeout)
+        parts = (connect, _given(pool_timeout, connect), read, _given(write_timeout, read))
+        timeout = aiohttp.ClientTimeout(
+            # A free connection is waited for as long as a new one takes (``connect``); the
+            # whole request never outlasts its parts, so a silent peer mid-write ends too.
+            total=None if None in parts else sum(p for p in parts if p is not None),
+            connect=connect,
+            sock_read=read,
+        )
         try:
-            return await self._pools[index].do_request(
-                url,
-                method,
-                request_data,
-                read_timeout=read_timeout,
-                write_timeout=write_timeout,
-                connect_timeout=connect_timeout,
-                pool_timeout=pool_timeout,
-            )
-        finally:
-            self._busy[index] -= 1
+            async with self._open_session().request(
+                method, url, data=_body(request_data), timeout=timeout, proxy=self._proxy
+            ) as response:
+                return response.status, await response.read()
+        except TimeoutError as err:  # aiohttp's timeouts are TimeoutErrors too
+            raise tg.TimedOut(f"Timed out ({type(err).__name__})") from err
+        except aiohttp.ClientError as err:
+            raise tg.NetworkError(f"aiohttp.{type(err).__name__}: {err}") from err
 
 
-class _Borrowed(_SpreadRequest):
-    """A relay's shared HTTP pools as one bot's: python-telegram-bot starts and shuts down a
-    bot's requests with the bot, and these belong to the relay (``TelegramPool``). The counts
-    of requests in flight are the shared ones, so every bot spreads over the same pools."""
+class _Borrowed(_AiohttpRequest):
+    """A relay's shared HTTP client as one bot's: python-telegram-bot starts and shuts down a
+    bot's requests with the bot, and this client belongs to the relay (``TelegramPool``)."""
 
-    __slots__ = ()
+    __slots__ = ("_shared",)
 
-    def __init__(self, shared: _SpreadRequest) -> None:
-        super().__init__(shared._pools)
-        self._busy = shared._busy
+    def __init__(self, shared: _AiohttpRequest) -> None:
+        self._connections = shared._connections
+        self._connect_timeout = shared._connect_timeout
+        self._read_timeout = shared._read_timeout
+        self._proxy = shared._proxy
+        self._session = None
+        self._shared = shared
+
+    def _open_session(self) -> aiohttp.ClientSession:
+        return self._shared._open_session()
 
     async def initialize(self) -> None:
         return None
@@ -186,9 +192,39 @@ class _Borrowed(_SpreadRequest):
         return None
 
 
+def env_proxy(api_url: str) -> str | None:
+    """The proxy the environment names for the Bot API (HTTPS_PROXY or HTTP_PROXY by the URL's
+    scheme, unless NO_PROXY names its host), as httpx reads them: once, at start. aiohttp's
+    ``trust_env`` would read them again for every request, which doubles a request's CPU."""
+    parts = urlsplit(api_url)
+    if proxy_bypass(parts.hostname or ""):
+        return None
+    return getproxies_environment().get(parts.scheme) or None
+
+
+def _given(value: Any, default: float | None) -> float | None:
+    """A timeout python-telegram-bot passed, or ours (its DEFAULT_NONE); None: no limit."""
+    if value is BaseRequest.DEFAULT_NONE:
+        return default
+    return None if value is None else float(value)
+
+
+def _body(request_data: RequestData | None) -> aiohttp.FormData | dict[str, str] | None:
+    """The form python-telegram-bot built: urlencoded fields, or multipart with its files."""
+    if request_data is None:
+        return None
+    if not request_data.contains_files:
+        return request_data.json_parameters
+    form = aiohttp.FormData(request_data.json_parameters)
+    for name, part in request_data.multipart_data.items():
+        filename, content, *mimetype = part
+        form.add_field(name, content, filename=filename, content_type=next(iter(mimetype), None))
+    return form
+
+
 class TelegramSender:
     """python-telegram-bot's real HTTP stack, with a connection pool sized for the relay (or
-    the pools of a ``TelegramPool``, shared by the relay's bots)."""
+    the pool of a ``TelegramPool``, shared by the relay's bots)."""
 
     def __init__(
         self,
@@ -202,12 +238,15 @@ class TelegramSender:
     ) -> None:
         register_secret(token)
         self.bot_id = bot_id_of(token)
-        # A relay's shared pools serve getUpdates too (the relay never asks for updates):
+        # A relay's shared pool serves getUpdates too (the relay never asks for updates):
         # no second client per bot. A sender of its own keeps python-telegram-bot's default.
         updates = request
         if request is None:
-            request = _SpreadRequest.over(
-                pool_size, connect_timeout=connect_timeout, read_timeout=read_timeout
+            request = _AiohttpRequest(
+                pool_size,
+                api_url=api_url,
+                connect_timeout=connect_timeout,
+                read_timeout=read_timeout,
             )
         self._bot = Bot(
             token,
@@ -269,9 +308,9 @@ class TelegramSender:
 
 
 class TelegramPool:
-    """One set of HTTP connection pools for every bot of a relay (``--tokens-dir``): the
-    connections stay as many as the relay's sends in flight, however many bots it serves.
-    The token is part of each request's URL, never of the pools."""
+    """One HTTP connection pool for every bot of a relay (``--tokens-dir``): the connections
+    stay as many as the relay's sends in flight, however many bots it serves. The token is
+    part of each request's URL, never of the pool."""
 
     def __init__(
         self,
@@ -282,15 +321,15 @@ class TelegramPool:
         read_timeout: float = 10.0,
     ) -> None:
         self._api_url = api_url
-        self._shared = _SpreadRequest.over(
-            pool_size, connect_timeout=connect_timeout, read_timeout=read_timeout
+        self._shared = _AiohttpRequest(
+            pool_size, api_url=api_url, connect_timeout=connect_timeout, read_timeout=read_timeout
         )
 
     def __repr__(self) -> str:
         return "TelegramPool()"
 
     def sender(self, token: str) -> TelegramSender:
-        """A sender for ``token`` over the shared pools."""
+        """A sender for ``token`` over the shared pool."""
         return TelegramSender(token, api_url=self._api_url, request=_Borrowed(self._shared))
 
     async def start(self) -> None:

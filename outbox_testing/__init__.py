@@ -2,5 +2,5 @@
 runtime package: nothing under ``outbox`` imports them, so a production relay never loads them.
 
 - ``outbox_testing.fake_telegram``: a local fake of the Telegram Bot API over real HTTP
-  (``outbox fake-telegram``); it needs the ``fake`` extra (aiohttp).
+  (``outbox fake-telegram``), on aiohttp's server (aiohttp is in the core).
 """

@@ -1,6 +1,6 @@
 """``outbox fake-telegram``: a local stand-in for the Bot API, for development and tests.
 
-The one place the command line imports the fake (a testing tool with an extra of its own).
+The one place the command line imports the fake (a testing tool outside the runtime package).
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import asyncio
 import os
 
 from outbox.commands.options import Commands, duration, flag_bool, port
-from outbox.errors import ConfigError
 
 __all__ = ["register"]
 
@@ -96,13 +95,7 @@ def register(commands: Commands) -> None:
 
 
 def _cmd_fake_telegram(args: argparse.Namespace) -> int:
-    try:
-        from outbox_testing.fake_telegram import serve_forever  # noqa: PLC0415 - a development tool
-    except ImportError as err:
-        raise ConfigError(
-            f"the fake Bot API needs the 'fake' extra ({err.name} is missing): "
-            "pip install 'outbox-telegram[fake]'"
-        ) from None
+    from outbox_testing.fake_telegram import serve_forever  # noqa: PLC0415 - a development tool
 
     token = os.environ.get("TELEGRAM_BOT_TOKEN") or None
     asyncio.run(serve_forever(args.host, args.port, token, args.latency, args.enforce_limits))
