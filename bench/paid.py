@@ -4,9 +4,11 @@ Telegram's limits (30/s free, 1,000/s for ``allow_paid_broadcast``, each counted
 A campaign of private chats, each message sent with ``allow_paid_broadcast``, is written into
 the table at once (a plain INSERT, as a campaign tool would); ``outbox relay`` runs with its
 defaults plus ``--paid-rate-limit N`` and enough sends in flight for N at 100 ms
-(``--concurrency``). Figures, for N = 400 and N = 1,000: messages accepted per second from the
-first to the last, the share of requests answered 429, and the relay's CPU per message (what
-limits it on this machine: each send goes through python-telegram-bot and httpx).
+(``--concurrency``). Figures, for N = 400, 950 and 1,000: messages accepted per second from the
+first to the last, the share of requests answered 429, and the relay's CPU per message. A send
+may go up to one free slot late for its moment, so at N = 1,000 a busy second can hold a few
+more than the fake's 1,000 (a strict sliding window), whose 429s pause the paid lane; N = 950
+leaves that room.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ LATENCY_MS = 100
 
 def run(server: Server, options: Options) -> list[Figure]:
     figures: list[Figure] = []
-    for rate in (400, 1000):
+    for rate in (400, 950, 1000):
         figures += campaign(server, options, rate)
     return figures
 

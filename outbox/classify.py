@@ -204,6 +204,7 @@ _TRANSPORT_ERRORS = (aiohttp.ClientError, httpx.HTTPError)
 _NOT_CONNECTED = (
     aiohttp.ClientConnectorError,  # refused, no route, DNS, TLS
     aiohttp.ConnectionTimeoutError,  # no connection made, or none free, in time
+    aiohttp.ClientHttpProxyError,  # the proxy refused the tunnel: nothing reached Telegram
     httpx.ConnectError,
     httpx.ConnectTimeout,
     httpx.PoolTimeout,

@@ -17,7 +17,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram import error as tg
 from telegram.request import BaseRequest, RequestData
 
-from outbox.errors import TelegramUnauthorized, TelegramUnavailable
+from outbox.errors import ConfigError, TelegramUnauthorized, TelegramUnavailable
 from outbox.payload import Request, send_message_args
 from outbox.redact import redact, register_secret
 from outbox.schema import DEFAULT_BOT
@@ -121,10 +121,15 @@ class _AiohttpRequest(BaseRequest):
             self._session = aiohttp.ClientSession(
                 # As many connections as sends in flight; httpx's CA bundle (certifi), so that
                 # a slim container without system certificates reaches Telegram as before.
+                # Idle connections kept 5 s, as httpx keeps them.
                 connector=aiohttp.TCPConnector(
-                    limit=self._connections, limit_per_host=0, ssl=httpx.create_ssl_context()
+                    limit=self._connections,
+                    limit_per_host=0,
+                    ssl=httpx.create_ssl_context(),
+                    keepalive_timeout=5.0,
                 ),
                 cookie_jar=aiohttp.DummyCookieJar(),
+                headers={"User-Agent": self.USER_AGENT},
             )
 
     async def shutdown(self) -> None:
@@ -159,13 +164,19 @@ class _AiohttpRequest(BaseRequest):
         )
         try:
             async with self._open_session().request(
-                method, url, data=_body(request_data), timeout=timeout, proxy=self._proxy
+                method,
+                url,
+                data=_body(request_data),
+                timeout=timeout,
+                proxy=self._proxy,
+                allow_redirects=False,  # as httpx: a redirect would turn the POST into a GET
             ) as response:
                 return response.status, await response.read()
         except TimeoutError as err:  # aiohttp's timeouts are TimeoutErrors too
             raise tg.TimedOut(f"Timed out ({type(err).__name__})") from err
         except aiohttp.ClientError as err:
-            raise tg.NetworkError(f"aiohttp.{type(err).__name__}: {err}") from err
+            # Some of aiohttp's messages quote the URL, whose path holds the token.
+            raise tg.NetworkError(f"aiohttp.{type(err).__name__}: {redact(str(err))}") from err
 
 
 class _Borrowed(_AiohttpRequest):
@@ -194,12 +205,25 @@ class _Borrowed(_AiohttpRequest):
 
 def env_proxy(api_url: str) -> str | None:
     """The proxy the environment names for the Bot API (HTTPS_PROXY or HTTP_PROXY by the URL's
-    scheme, unless NO_PROXY names its host), as httpx reads them: once, at start. aiohttp's
-    ``trust_env`` would read them again for every request, which doubles a request's CPU."""
+    scheme, else ALL_PROXY, unless NO_PROXY names its host), as httpx reads them: once, at
+    start. aiohttp's ``trust_env`` would read them again for every request, which doubles a
+    request's CPU. A proxy without a scheme is an http:// one; any scheme but http and https
+    (SOCKS) is refused in one line."""
     parts = urlsplit(api_url)
     if proxy_bypass(parts.hostname or ""):
         return None
-    return getproxies_environment().get(parts.scheme) or None
+    proxies = getproxies_environment()
+    proxy = proxies.get(parts.scheme) or proxies.get("all")
+    if not proxy:
+        return None
+    if "://" not in proxy:
+        proxy = f"http://{proxy}"
+    if urlsplit(proxy).scheme not in {"http", "https"}:
+        raise ConfigError(
+            f"the proxy for {parts.scheme} URLs ({redact(proxy)}) is not an http:// or "
+            "https:// proxy: the relay's HTTP client cannot use it"
+        )
+    return proxy
 
 
 def _given(value: Any, default: float | None) -> float | None:

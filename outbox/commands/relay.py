@@ -180,8 +180,9 @@ _CLAIMING: tuple[_Setting, ...] = (
         _LIMITS.paid_per_bot,
         number(0, MAX_RATE),
         "messages/s per bot for the rows sent with allow_paid_broadcast, a budget of "
-        f"their own beside --rate-limit (Telegram: up to 1,000/s, for Stars; at most "
-        f"{MAX_RATE:g}); 0: no paid lane, they share --rate-limit",
+        f"their own beside --rate-limit (Telegram: up to 1,000/s, for Stars; 950 leaves room "
+        f"for sends a moment late; at most {MAX_RATE:g}); 0: no paid lane, they share "
+        "--rate-limit",
     ),
     (
         "--chat-rate-limit",

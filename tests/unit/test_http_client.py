@@ -13,6 +13,7 @@ import pytest
 from telegram import Bot
 
 from outbox.classify import Failure, FailureKind, classify
+from outbox.errors import ConfigError
 from outbox.telegram import _AiohttpRequest, env_proxy
 from tests.support import TEST_TOKEN
 
@@ -142,7 +143,8 @@ def test_a_connection_closed_before_the_answer_may_have_delivered_it() -> None:
 def test_the_proxy_is_the_environments_unless_no_proxy_names_the_host(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    for name in ("HTTPS_PROXY", "https_proxy", "HTTP_PROXY", "http_proxy", "NO_PROXY", "no_proxy"):
+    for name in ("HTTPS_PROXY", "HTTP_PROXY", "ALL_PROXY", "NO_PROXY"):
+        monkeypatch.delenv(name.lower(), raising=False)
         monkeypatch.delenv(name, raising=False)
     assert env_proxy("https://api.telegram.org") is None
     monkeypatch.setenv("HTTPS_PROXY", "http://proxy.internal:3128")
@@ -150,3 +152,10 @@ def test_the_proxy_is_the_environments_unless_no_proxy_names_the_host(
     assert env_proxy("http://127.0.0.1:8081") is None  # an http URL: HTTP_PROXY's, unset
     monkeypatch.setenv("NO_PROXY", "api.telegram.org")
     assert env_proxy("https://api.telegram.org") is None
+    monkeypatch.delenv("NO_PROXY")
+    monkeypatch.delenv("HTTPS_PROXY")
+    monkeypatch.setenv("ALL_PROXY", "proxy.internal:3128")  # no scheme: an http:// proxy
+    assert env_proxy("https://api.telegram.org") == "http://proxy.internal:3128"
+    monkeypatch.setenv("ALL_PROXY", "socks5://proxy.internal:1080")
+    with pytest.raises(ConfigError, match="not an http:// or https:// proxy"):
+        env_proxy("https://api.telegram.org")
