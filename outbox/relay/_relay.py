@@ -160,9 +160,14 @@ class Relay:
             health.database_ok()
 
         await self.lanes.source.start()
-        if await wait_until_reachable(
-            "the database", database, unreachable=DatabaseUnavailable, stopping=self._stopping
-        ):
+        try:
+            reached = await wait_until_reachable(
+                "the database", database, unreachable=DatabaseUnavailable, stopping=self._stopping
+            )
+        except BaseException:
+            await self.lanes.source.close()  # its HTTP client: no close() follows a failed open
+            raise
+        if reached:
             self.lanes.look()  # each bot starts: getMe until Telegram answers
 
     async def close(self) -> None:
