@@ -52,6 +52,13 @@ class Figure:
     note: str = ""
 
 
+def at_least(value: float, baseline: float, times: float, of: str = "") -> dict[str, Any]:
+    """A figure's ratio to its baseline's value, its target (at least ``times``x, ``of`` named
+    after it) and whether it is met: ``Figure(..., **at_least(...))``."""
+    ratio = value / baseline
+    return {"ratio": ratio, "target": f">= {times:g}x {of}".rstrip(), "met": ratio >= times}
+
+
 class PartUnavailable(Exception):
     """A part cannot run here (a peer library is not installed): one line, not a traceback."""
 

@@ -186,11 +186,8 @@ class _Borrowed(_AiohttpRequest):
     __slots__ = ("_shared",)
 
     def __init__(self, shared: _AiohttpRequest) -> None:
-        self._connections = shared._connections
-        self._connect_timeout = shared._connect_timeout
-        self._read_timeout = shared._read_timeout
-        self._proxy = shared._proxy
-        self._session = None
+        for name in _AiohttpRequest.__slots__:  # its settings; the session is asked for
+            setattr(self, name, getattr(shared, name))
         self._shared = shared
 
     def _open_session(self) -> aiohttp.ClientSession:
