@@ -53,6 +53,9 @@ class WebConfig:
     # Peers (addresses or networks, comma-separated) whose X-Forwarded-For and
     # X-Forwarded-Proto are believed: a TLS-terminating proxy in front of the page.
     trusted_proxies: str = ""
+    # How long the answer to a wrong password is held back: one connection's guessing is
+    # slowed; the throttle (outbox.web.throttle) limits everyone's.
+    wrong_password_pause: float = 1.0
 
 
 GUARD: web.AppKey[Guard] = web.AppKey("guard", Guard)

@@ -23,6 +23,7 @@ from outbox.errors import InvalidInput, NotFound, OutboxError
 from outbox.redact import redact
 from outbox.web.auth import Guard
 from outbox.web.base import (
+    CONFIG,
     GUARD,
     PROXIES,
     SESSION_COOKIE,
@@ -218,7 +219,7 @@ async def login_page(request: web.Request) -> web.StreamResponse:
     form = await read_form(request)
     if not _password_checked(request, form_text(form, "password")):
         log.warning("web: a sign-in with a wrong password from %s", request.remote)
-        await asyncio.sleep(1.0)  # slows down one connection's guessing; the throttle the rest
+        await asyncio.sleep(request.app[CONFIG].wrong_password_pause)
         return render(request, "login.html", http_status=401, failed=True)
     response = web.HTTPSeeOther("/")
     response.set_cookie(

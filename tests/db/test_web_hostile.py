@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -143,6 +144,21 @@ def test_tables_the_page_does_not_expect_are_a_503_that_says_migrate(
 
 
 # --- sign-in throttling ----------------------------------------------------------------------
+
+
+def test_a_wrong_password_is_answered_after_the_pause_and_the_right_one_at_once(
+    db_url: str,
+) -> None:
+    with local_page(db_url, password=PASSWORD, wrong_password_pause=0.4) as local:
+        token = local.csrf("/login")
+        began = time.monotonic()
+        wrong = local.post("/login", {"csrf": token, "password": "guess"})
+        wrong_took = time.monotonic() - began
+        began = time.monotonic()
+        right = local.post("/login", {"csrf": token, "password": PASSWORD})
+        right_took = time.monotonic() - began
+    assert wrong.status == 401 and wrong_took >= 0.4
+    assert right.status == 303 and right_took < 0.4
 
 
 def test_parallel_guesses_lock_the_client_out_and_then_the_right_password_is_refused(
