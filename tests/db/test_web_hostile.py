@@ -149,7 +149,7 @@ def test_tables_the_page_does_not_expect_are_a_503_that_says_migrate(
 def test_a_wrong_password_is_answered_after_the_pause_and_the_right_one_at_once(
     db_url: str,
 ) -> None:
-    with local_page(db_url, password=PASSWORD, wrong_password_pause=0.4) as local:
+    with local_page(db_url, password=PASSWORD, wrong_password_pause=1.0) as local:
         token = local.csrf("/login")
         began = time.monotonic()
         wrong = local.post("/login", {"csrf": token, "password": "guess"})
@@ -157,8 +157,8 @@ def test_a_wrong_password_is_answered_after_the_pause_and_the_right_one_at_once(
         began = time.monotonic()
         right = local.post("/login", {"csrf": token, "password": PASSWORD})
         right_took = time.monotonic() - began
-    assert wrong.status == 401 and wrong_took >= 0.4
-    assert right.status == 303 and right_took < 0.4
+    assert wrong.status == 401 and wrong_took >= 1.0
+    assert right.status == 303 and right_took < 1.0
 
 
 def test_parallel_guesses_lock_the_client_out_and_then_the_right_password_is_refused(
