@@ -13,6 +13,12 @@
 WITH bots AS (
     SELECT * FROM unnest(CAST(:bots AS text[]), CAST(:unnamed AS bool[])) AS b(bot, unnamed)
 ),
+clock AS MATERIALIZED (
+    -- The moment the answer counts from, read after this statement's snapshot: now() is read
+    -- before it is planned, and a retry committed in between with its own now() as its time
+    -- would look due in the future (and a drain would end without it). Read once.
+    SELECT clock_timestamp() AS t
+),
 lanes AS (
     SELECT b.bot, l.k, ARRAY[b.bot, CASE WHEN b.unnamed THEN ':' || q.navbat END] AS ks,
            -- The bot's paid lane is stopped (a refusal): its rows are no work until it goes on.
@@ -95,7 +101,7 @@ timed AS (
     ) e ON true
 )
 SELECT b.bot,
-       min(greatest(CASE WHEN t.at > now() THEN least(extract(epoch FROM t.at), t.window_due)
+       min(greatest(CASE WHEN t.at > c.t THEN least(extract(epoch FROM t.at), t.window_due)
                          ELSE t.chat_due END,
                     extract(epoch FROM h.pauza_tugashi),
                     -- With a running paid lane (:paid), its clock may free a slot first.
@@ -104,10 +110,11 @@ SELECT b.bot,
                                             ELSE h.keyingi_slot END) - :horizon))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
            FILTER (WHERE t.at IS NOT NULL)
-           - extract(epoch FROM now()),
-       coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM now())), 0)::float8,
-       coalesce(bool_or(t.at <= now()), false)
+           - extract(epoch FROM c.t),
+       coalesce(max(extract(epoch FROM h.pauza_tugashi) - extract(epoch FROM c.t)), 0)::float8,
+       coalesce(bool_or(t.at <= c.t), false)
 FROM bots b
+CROSS JOIN clock c
 LEFT JOIN timed t ON t.bot = b.bot
 LEFT JOIN bot_holati h ON h.bot = b.bot
-GROUP BY b.bot
+GROUP BY b.bot, c.t

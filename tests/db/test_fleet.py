@@ -42,6 +42,27 @@ def test_a_pause_read_from_the_bots_state_is_capped(engine: sa.Engine, db_url: s
     assert asyncio.run(read()) == MAX_FLOOD_PAUSE
 
 
+def test_a_row_due_at_its_writers_now_is_due_for_a_timing_that_began_before(
+    engine: sa.Engine, db_url: str
+) -> None:
+    # A retry's time is its write's now(); a timing statement's own now() is read before the
+    # statement is planned, so a write that commits in between is newer than that now(). Here
+    # the gap is made wide: the timing runs in a transaction that began before the write.
+    async def read() -> tuple[float | None, bool]:
+        async with await psycopg.AsyncConnection.connect(db_url) as conn:
+            await conn.execute("SELECT now()")  # the transaction, and its now(), begin here
+            await asyncio.sleep(0.2)
+            with engine.begin() as other:
+                enqueue(other, key="written-later", payload=text(7, "due at its write"))
+            timing = await bots_timing(
+                conn, [BOT], ["default"], schema="public", horizon=1.0, unnamed=[True]
+            )
+            return timing[BOT].next_due, timing[BOT].due_now
+
+    next_due, due_now = asyncio.run(read())
+    assert next_due is not None and next_due <= 0 and due_now
+
+
 def test_the_lessons_plain_insert_lands_in_the_default_queue(engine: sa.Engine) -> None:
     with engine.begin() as conn:
         conn.execute(
