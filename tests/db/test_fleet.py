@@ -53,7 +53,7 @@ def test_a_row_due_at_its_writers_now_is_due_for_a_timing_that_began_before(
             await conn.execute("SELECT now()")  # the transaction, and its now(), begin here
             await asyncio.sleep(0.2)
             with engine.begin() as other:
-                enqueue(other, key="written-later", payload=text(7, "due at its write"))
+                enqueue(other, key="written-later", payload=text(7))
             timing = await bots_timing(
                 conn, [BOT], ["default"], schema="public", horizon=1.0, unnamed=[True]
             )
