@@ -279,11 +279,14 @@ class Claimer:
                 self.lanes.look()
                 self._next_look = now + LOOK_INTERVAL
             timeout = min(self._config.poll_interval, max(self._next_look - now, 0.0))
+            # Rows out when the round reads the timing: an outcome written after that read (a
+            # retry) is work the round did not see, so it cannot end a drain.
+            out_before = self.lanes.in_flight
             again, wait, idle = await self.round()
             if again:
                 await asyncio.sleep(0)  # let the sends start before claiming more
                 continue
-            if drain and idle and not self.lanes.starting and not self.lanes.in_flight:
+            if drain and idle and not (out_before or self.lanes.in_flight or self.lanes.starting):
                 return
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), min(timeout, wait))
