@@ -172,8 +172,14 @@ def test_reminder_buttons_snooze_then_done_each_pressed_twice(
     with engine.begin() as conn:
         assert conn.execute(sa.text("SELECT bajarildi FROM vazifa")).scalar_one() is True
         assert conn.execute(sa.text("SELECT kechiktirish FROM vazifa")).scalar_one() == 1
-        unsent = "SELECT count(*) FROM outbox WHERE holat <> 'bajarildi'"
-        assert conn.execute(sa.text(unsent)).scalar_one() == 0
+
+    def unsent() -> int:
+        with engine.begin() as conn:
+            query = "SELECT count(*) FROM outbox WHERE holat <> 'bajarildi'"
+            return int(conn.execute(sa.text(query)).scalar_one())
+
+    # The edit reached Telegram before its relay wrote the outcome: wait for the write.
+    wait_until(lambda: unsent() == 0, 20, "every outbox row written as sent")
     assert len(_reminders(aziza)) == 2
 
 
