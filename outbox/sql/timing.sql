@@ -105,7 +105,7 @@ SELECT b.bot,
                          ELSE t.chat_due END,
                     extract(epoch FROM h.pauza_tugashi),
                     -- With a running paid lane (:paid), its clock may free a slot first.
-                    extract(epoch FROM CASE WHEN :paid AND h.pullik_pauza_tugashi <= now()
+                    extract(epoch FROM CASE WHEN :paid AND h.pullik_pauza_tugashi <= c.t
                                             THEN least(h.keyingi_slot, h.pullik_slot)
                                             ELSE h.keyingi_slot END) - :horizon))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
