@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 
 # Tests run in parallel (pytest-xdist), JOBS workers, each with a PostgreSQL server of its own:
 # two per core, since the end-to-end tests spend most of their time waiting on processes and
-# timers (on 2 cores the whole suite took 5:05 with 2 workers, 3:29 with 4).
+# timers (on 2 cores the whole suite takes 9-10 minutes with 4).
 JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
 PYTEST := $(BIN)/pytest -n $(JOBS) --dist loadgroup
 # The unit and database tiers wait on little but their own CPU: three workers on two cores ran
