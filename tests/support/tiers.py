@@ -39,12 +39,6 @@ def tier_of(path: Path) -> str | None:
     return None
 
 
-def _shares_a_module_fixture(item: pytest.Item) -> bool:
-    info = getattr(item, "_fixtureinfo", None)
-    defs = info.name2fixturedefs.values() if info is not None else ()
-    return any(d.scope == "module" for ds in defs for d in ds)
-
-
 def _misplaced(item: pytest.Item, tier: str | None) -> str | None:
     where = "tests/<tier>/ or reminders/tests/<tier>/, <tier> one of unit, db, e2e"
     if tier is None:
@@ -67,11 +61,6 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
             continue
         item.stash[_TIER] = tier
         item.add_marker(tier)
-        # Run in parallel (make check, make test: pytest-xdist with --dist loadgroup), the
-        # tests sharing a module fixture (the demo's two runs) stay on one worker, so it runs once.
-        if _shares_a_module_fixture(item):
-            module = getattr(item, "module", None)
-            item.add_marker(pytest.mark.xdist_group(getattr(module, "__name__", "module")))
     if problems:
         raise pytest.UsageError("\n".join(p for p in problems if p))
 
