@@ -16,8 +16,8 @@ from outbox import sql
 
 GOLDEN = Path(__file__).parent.parent / "golden"
 # The statements a change must not slip past a reviewer: the claim and the outcome write.
-HOT_PATH = ("claim_rows", "claim_oldest", "claim_take")
 CLAIM = ("claim_rows", "claim_oldest", "claim_take")
+HOT_PATH = (*CLAIM, "record_outcomes", "record_outcomes_moved")
 
 
 @pytest.mark.parametrize("name", HOT_PATH)
