@@ -9,18 +9,19 @@ from __future__ import annotations
 
 import datetime as dt
 import enum
+import functools
 import re
 import warnings
 from dataclasses import dataclass
-
-import aiohttp
-import httpx
-from telegram import error as tg
+from typing import TYPE_CHECKING
 
 from outbox.payload import MalformedPayload
 from outbox.ratelimit import MAX_FLOOD_PAUSE
 from outbox.redact import redact
 from outbox.states import FailureCode
+
+if TYPE_CHECKING:
+    from telegram import error as tg
 
 __all__ = ["MAX_FLOOD_PAUSE", "Failure", "FailureKind", "MalformedPayload", "classify"]
 
@@ -198,28 +199,37 @@ def _retry_after_seconds(err: tg.RetryAfter) -> float:
     return min(seconds, MAX_FLOOD_PAUSE)
 
 
-# The HTTP clients' errors under python-telegram-bot's: the relay's (aiohttp), and httpx for a
-# sender given python-telegram-bot's own request. No connection was made: nothing was sent.
-_TRANSPORT_ERRORS = (aiohttp.ClientError, httpx.HTTPError)
-_NOT_CONNECTED = (
-    aiohttp.ClientConnectorError,  # refused, no route, DNS, TLS
-    aiohttp.ConnectionTimeoutError,  # no connection made, or none free, in time
-    aiohttp.ClientHttpProxyError,  # the proxy refused the tunnel: nothing reached Telegram
-    httpx.ConnectError,
-    httpx.ConnectTimeout,
-    httpx.PoolTimeout,
-)
+@functools.cache
+def _transport() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
+    """The HTTP clients' errors under python-telegram-bot's: the relay's (aiohttp), and httpx
+    for a sender given python-telegram-bot's own request; then those of a connection never made
+    (nothing was sent). Loaded at the first failure to classify, as python-telegram-bot's own
+    errors are: the failures come from a sender that loaded them, and a command that sends
+    nothing (``outbox status``) starts without the HTTP clients."""
+    import aiohttp  # noqa: PLC0415
+    import httpx  # noqa: PLC0415
+
+    not_connected = (
+        aiohttp.ClientConnectorError,  # refused, no route, DNS, TLS
+        aiohttp.ConnectionTimeoutError,  # no connection made, or none free, in time
+        aiohttp.ClientHttpProxyError,  # the proxy refused the tunnel: nothing reached Telegram
+        httpx.ConnectError,
+        httpx.ConnectTimeout,
+        httpx.PoolTimeout,
+    )
+    return (aiohttp.ClientError, httpx.HTTPError), not_connected
 
 
 def _transport_cause(err: BaseException) -> BaseException | None:
+    errors = _transport()[0]
     cause = err.__cause__
-    while cause is not None and not isinstance(cause, _TRANSPORT_ERRORS):
+    while cause is not None and not isinstance(cause, errors):
         cause = cause.__cause__
     return cause
 
 
-def _status(err: tg.TelegramError) -> int:
-    return 403 if isinstance(err, tg.Forbidden) else 400
+def _never_connected(cause: BaseException | None) -> bool:
+    return isinstance(cause, _transport()[1])
 
 
 def _without_body(message: str) -> str:
@@ -230,6 +240,8 @@ def _without_body(message: str) -> str:
 
 def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noqa: PLR0911, PLR0912 - one branch per Telegram answer
     """Map an exception raised while sending ``method`` to what the relay should do about it."""
+    from telegram import error as tg  # noqa: PLC0415 - see _transport
+
     message = _without_body(redact(str(err))) or type(err).__name__
     if isinstance(err, MalformedPayload):
         return Failure(
@@ -253,9 +265,10 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
     if isinstance(err, tg.InvalidToken):
         return Failure(FailureKind.UNAUTHORIZED, "Telegram rejected the bot token (401/404)")
     if isinstance(err, tg.Forbidden | tg.BadRequest) and _paid_refused(message):
+        status = 403 if isinstance(err, tg.Forbidden) else 400
         return Failure(
             FailureKind.PAID_REFUSED,
-            f"Telegram refused the paid broadcast ({_status(err)}): {message}",
+            f"Telegram refused the paid broadcast ({status}): {message}",
             code=FailureCode.BAD_REQUEST,
         )
     if isinstance(err, tg.Forbidden):
@@ -263,7 +276,7 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
     if isinstance(err, tg.BadRequest):
         return _bad_request_failure(err, message, method)
     if isinstance(err, tg.TimedOut):
-        if isinstance(_transport_cause(err), _NOT_CONNECTED):
+        if _never_connected(_transport_cause(err)):
             return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
         return Failure(
             FailureKind.TRANSIENT,
@@ -275,7 +288,7 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
         if cause is None:
             # An HTTP answer with an error status (5xx, a proxy's HTML page).
             return Failure(FailureKind.TRANSIENT, f"Telegram server error: {message}")
-        if isinstance(cause, _NOT_CONNECTED):
+        if _never_connected(cause):
             return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
         return Failure(
             FailureKind.TRANSIENT,

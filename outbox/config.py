@@ -11,10 +11,10 @@ from outbox.errors import ConfigError
 from outbox.ratelimit import RateLimits
 from outbox.retry import RetryPolicy
 from outbox.schema import DEFAULT_QUEUE, current_schema, validate_queue, validate_schema
-from outbox.telegram import DEFAULT_API_URL
 
-__all__ = ["RelayConfig", "read_token", "telegram_api_url"]
+__all__ = ["DEFAULT_API_URL", "RelayConfig", "read_token", "telegram_api_url"]
 
+DEFAULT_API_URL = "https://api.telegram.org"  # here, not in outbox.telegram: no HTTP client to load
 DEFAULT_CONCURRENCY = 128  # sends in flight
 DEFAULT_BATCH_SIZE = 128  # rows a claim takes at most: a claim's cost is mostly per claim
 # Rows claimed beyond the free send slots, at most, so that a slot that frees up starts its next

@@ -3,20 +3,22 @@
 from __future__ import annotations
 
 import contextlib
+import sys
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import SplitResult, parse_qsl, unquote, urlsplit
 
 import psycopg
-import sqlalchemy as sa
 from psycopg.rows import namedtuple_row
-from sqlalchemy.engine import Engine
 
 from outbox import queries
 from outbox.errors import ConfigError, DatabaseUnavailable, SchemaMissing
 from outbox.redact import redact_url, register_password
 from outbox.schema import schema_problem
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = [
     "EMBEDDED",
@@ -159,8 +161,23 @@ def sqlalchemy_url(url: str) -> str:
     return _unsplit(parts._replace(scheme="postgresql+psycopg"))
 
 
-def create_engine(url: str, **kwargs: object) -> Engine:
-    return sa.create_engine(sqlalchemy_url(url), **kwargs)
+def create_engine(url: str, **kwargs: object) -> sa.Engine:
+    import sqlalchemy  # noqa: PLC0415 - only the commands that run the app's statements need it
+
+    return sqlalchemy.create_engine(sqlalchemy_url(url), **kwargs)
+
+
+# SQLAlchemy's errors, when an engine has loaded it; without it none can be raised, and the
+# commands that speak psycopg only start without loading it.
+def _sqlalchemy_programming_errors() -> tuple[type[sa.exc.ProgrammingError], ...]:
+    found = sys.modules.get("sqlalchemy.exc")
+    return () if found is None else (found.ProgrammingError,)
+
+
+def _unreachable_errors() -> tuple[type[Exception], ...]:
+    found = sys.modules.get("sqlalchemy.exc")
+    extra = () if found is None else (found.OperationalError, found.InterfaceError)
+    return (psycopg.OperationalError, *extra)
 
 
 @contextlib.contextmanager
@@ -174,7 +191,7 @@ def connect_errors(url: str) -> Iterator[None]:
         ) from err
     except psycopg.errors.InsufficientPrivilege as err:
         raise _not_allowed(url, err) from err
-    except sa.exc.ProgrammingError as err:
+    except _sqlalchemy_programming_errors() as err:
         if isinstance(err.orig, psycopg.errors.UndefinedTable):
             raise SchemaMissing(
                 "the outbox tables are missing in this database: run `outbox migrate` first",
@@ -182,7 +199,7 @@ def connect_errors(url: str) -> Iterator[None]:
         if isinstance(err.orig, psycopg.errors.InsufficientPrivilege):
             raise _not_allowed(url, err.orig) from err
         raise
-    except (psycopg.OperationalError, sa.exc.OperationalError, sa.exc.InterfaceError) as err:
+    except _unreachable_errors() as err:
         reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
         raise DatabaseUnavailable(
             f"cannot reach the database at {redact_url(url)}: {reason}",

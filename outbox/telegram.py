@@ -17,6 +17,7 @@ from telegram import Bot, InlineKeyboardButton, InlineKeyboardMarkup
 from telegram import error as tg
 from telegram.request import BaseRequest, RequestData
 
+from outbox.config import DEFAULT_API_URL
 from outbox.errors import ConfigError, TelegramUnauthorized, TelegramUnavailable
 from outbox.payload import Request, send_message_args
 from outbox.redact import redact, register_secret
@@ -37,8 +38,6 @@ __all__ = [
     "send_message_args",
     "sent_of",
 ]
-
-DEFAULT_API_URL = "https://api.telegram.org"
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,31 +22,32 @@ from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import psycopg
-import sqlalchemy as sa
-from sqlalchemy import Connection
-from sqlalchemy.orm import Session
 
 from outbox import sql
 
+AsyncConn = psycopg.AsyncConnection[Any]
 if TYPE_CHECKING:
+    import sqlalchemy as sa
+    from sqlalchemy import Connection
     from sqlalchemy.ext.asyncio import AsyncConnection, AsyncSession
+    from sqlalchemy.orm import Session
 
     AsyncAppConn = AsyncConnection | AsyncSession
-
-AsyncConn = psycopg.AsyncConnection[Any]
-SyncConn = Connection | Session
-# An operator's connection: the CLI's psycopg one, or the host's SQLAlchemy one (outbox.api).
-AnyConn = psycopg.Connection[Any] | Connection | Session
+    SyncConn = Connection | Session
+    # An operator's connection: the CLI's psycopg one, or the host's SQLAlchemy one (outbox.api).
+    AnyConn = psycopg.Connection[Any] | Connection | Session
+    # An app-side operation is a generator of (statement, parameters) pairs that receives each
+    # statement's result: one implementation serves sync and async sessions alike.
+    Step = tuple[sa.TextClause, Mapping[str, Any]]
+    Steps = Generator[Step, Any, Any]
+else:
+    # The same names at run time, for annotations only: SQLAlchemy loads when a host's session
+    # is used (its own import), not when a command that speaks psycopg starts.
+    SyncConn = AnyConn = Step = Steps = Any
 
 P = ParamSpec("P")
 T = TypeVar("T")
 R = TypeVar("R")
-
-
-# An app-side operation is a generator of (statement, parameters) pairs that receives each
-# statement's result: one implementation serves sync and async sessions alike.
-Step = tuple[sa.TextClause, Mapping[str, Any]]
-Steps = Generator[Step, Any, Any]
 
 
 def run_sync(conn: SyncConn, steps: Steps) -> Any:
@@ -205,5 +206,7 @@ def schema_facts_sync(conn: AnyConn, *, schema: str) -> tuple[str, frozenset[str
     if isinstance(conn, psycopg.Connection):
         found = conn.execute(_SCHEMA_FACTS, {"table": f'"{schema}".outbox'}).fetchone()
         return _schema_facts(found)
-    statement = sa.text(_SCHEMA_FACTS.replace("%(table)s", ":table"))
+    from sqlalchemy import text  # noqa: PLC0415 - loaded by the host's session already
+
+    statement = text(_SCHEMA_FACTS.replace("%(table)s", ":table"))
     return _schema_facts(conn.execute(statement, {"table": f'"{schema}".outbox'}).first())

@@ -22,10 +22,12 @@ import functools
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-import sqlalchemy as sa
+
+if TYPE_CHECKING:
+    import sqlalchemy as sa
 
 __all__ = [
     "TABLES",
@@ -152,7 +154,9 @@ def numbered(name: str, schema: str) -> tuple[str, tuple[str, ...]]:
 @functools.cache
 def sa_sql(name: str, schema: str) -> sa.TextClause:
     """The named query as SQLAlchemy ``text()`` (``:name`` placeholders), for the app's session."""
-    return sa.text(_rewrite(source(name), schema))
+    from sqlalchemy import text  # noqa: PLC0415 - loaded by the app's session already
+
+    return text(_rewrite(source(name), schema))
 
 
 # --- the executor -------------------------------------------------------------------------------
