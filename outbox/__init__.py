@@ -5,6 +5,10 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
+from outbox.errors import InvalidPayload, OutboxError
+from outbox.schema import configure
+from outbox.states import FailureCode, State
+
 if TYPE_CHECKING:
     from outbox.api import (
         Enqueued,
@@ -24,7 +28,6 @@ if TYPE_CHECKING:
         update_pending_async,
     )
     from outbox.broadcast import enqueue_many, enqueue_many_async
-    from outbox.errors import InvalidPayload, OutboxError
     from outbox.quiet_hours import (
         clear_quiet_hours,
         clear_quiet_hours_async,
@@ -33,8 +36,6 @@ if TYPE_CHECKING:
         set_quiet_hours,
         set_quiet_hours_async,
     )
-    from outbox.schema import configure
-    from outbox.states import FailureCode, State
 
 __all__ = [
     "Enqueued",
@@ -67,47 +68,20 @@ __all__ = [
     "update_pending_async",
 ]
 
-# Each public name is imported from its module on first use, so that a command that needs none
-# of them (``outbox status``, ``outbox --version``) starts without loading SQLAlchemy for them.
-_HOMES = {
-    "Enqueued": "outbox.api",
-    "FailureCode": "outbox.states",
-    "InvalidPayload": "outbox.errors",
-    "OutboxError": "outbox.errors",
-    "State": "outbox.states",
-    "cancel": "outbox.api",
-    "cancel_async": "outbox.api",
-    "clear_quiet_hours": "outbox.quiet_hours",
-    "clear_quiet_hours_async": "outbox.quiet_hours",
-    "configure": "outbox.schema",
-    "enqueue": "outbox.api",
-    "enqueue_async": "outbox.api",
-    "enqueue_many": "outbox.broadcast",
-    "enqueue_many_async": "outbox.broadcast",
-    "failed_messages": "outbox.api",
-    "get_message": "outbox.api",
-    "get_quiet_hours": "outbox.quiet_hours",
-    "get_quiet_hours_async": "outbox.quiet_hours",
-    "list_messages": "outbox.api",
-    "queue_status": "outbox.api",
-    "replay": "outbox.api",
-    "sent_keys": "outbox.api",
-    "set_quiet_hours": "outbox.quiet_hours",
-    "set_quiet_hours_async": "outbox.quiet_hours",
-    "unblock_chat": "outbox.api",
-    "unblock_chat_async": "outbox.api",
-    "update_pending": "outbox.api",
-    "update_pending_async": "outbox.api",
-}
+# The app's functions are imported from their modules on first use, so that a command that
+# needs none of them (``outbox status``) starts without SQLAlchemy; all three share its cost.
+_LAZY_HOMES = ("outbox.api", "outbox.broadcast", "outbox.quiet_hours")
 
 
 def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # found directly from now on
-    return value
+    if name in __all__:
+        for home in _LAZY_HOMES:
+            module = importlib.import_module(home)
+            if hasattr(module, name):
+                value = getattr(module, name)
+                globals()[name] = value  # found directly from now on
+                return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
