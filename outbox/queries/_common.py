@@ -178,18 +178,6 @@ def app_steps(reading: Reading[T]) -> Steps:
 
 # --- the schema itself -------------------------------------------------------------------------
 
-# Every outbox migration writes "outbox-telegram <revision>" into the outbox table's comment,
-# which the relay and the commands check (``outbox.schema.schema_problem``) whichever way the
-# migrations ran: ``outbox migrate`` or the host's own Alembic history.
-# (the table's comment or '' if it has none, the names of its columns); no row: no table.
-_SCHEMA_FACTS = """
-SELECT coalesce(obj_description(c.oid, 'pg_class'), ''),
-       array(SELECT attname::text FROM pg_attribute
-             WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped)
-FROM (SELECT to_regclass(%(table)s) AS oid) c
-WHERE c.oid IS NOT NULL
-"""
-
 
 def _schema_facts(row: Sequence[Any] | None) -> tuple[str, frozenset[str]] | None:
     return None if row is None else (str(row[0]), frozenset(row[1]))
@@ -197,16 +185,14 @@ def _schema_facts(row: Sequence[Any] | None) -> tuple[str, frozenset[str]] | Non
 
 async def schema_facts(conn: AsyncConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
     """The outbox table's comment and columns; None if there is no outbox table."""
-    cursor = await conn.execute(_SCHEMA_FACTS, {"table": f'"{schema}".outbox'})
-    return _schema_facts(await cursor.fetchone())
+    found = await sql.fetch_one(conn, "schema_facts", schema=schema, params=_table(schema))
+    return _schema_facts(found)
 
 
 def schema_facts_sync(conn: AnyConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
     """``schema_facts`` on an app or operator connection."""
-    if isinstance(conn, psycopg.Connection):
-        found = conn.execute(_SCHEMA_FACTS, {"table": f'"{schema}".outbox'}).fetchone()
-        return _schema_facts(found)
-    from sqlalchemy import text  # noqa: PLC0415 - loaded by the host's session already
+    return _schema_facts(next(iter(_rows(conn, ("schema_facts", schema, _table(schema)))), None))
 
-    statement = text(_SCHEMA_FACTS.replace("%(table)s", ":table"))
-    return _schema_facts(conn.execute(statement, {"table": f'"{schema}".outbox'}).first())
+
+def _table(schema: str) -> dict[str, str]:
+    return {"table": f'"{schema}".outbox'}

@@ -81,3 +81,14 @@ SELECT kalit FROM yuborilgan WHERE kalit = ANY(CAST(:keys AS text[]));
 -- that the person unblocked it or the group added it back. Rows ended before stay ended.
 DELETE FROM bloklangan WHERE bot = :bot AND suhbat = :suhbat
 RETURNING suhbat;
+
+-- name: schema_facts
+-- The outbox table's comment and its columns' names, or no row when there is no such table
+-- (:table, a qualified name): every outbox migration writes "outbox-telegram <revision>" into
+-- that comment, which the relay and the commands check at start (outbox.schema.schema_problem)
+-- whichever way the migrations ran, `outbox migrate` or the host's own Alembic history.
+SELECT coalesce(obj_description(c.oid, 'pg_class'), ''),
+       array(SELECT attname::text FROM pg_attribute
+             WHERE attrelid = c.oid AND attnum > 0 AND NOT attisdropped)
+FROM (SELECT to_regclass(CAST(:table AS text)) AS oid) c
+WHERE c.oid IS NOT NULL;

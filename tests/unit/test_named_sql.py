@@ -7,7 +7,9 @@ tests/unit/test_named_sql.py``, then read the diff.
 
 from __future__ import annotations
 
+import ast
 import os
+import re
 from pathlib import Path
 
 import pytest
@@ -62,3 +64,23 @@ def test_every_query_has_a_unique_name_and_a_body() -> None:
     assert all(sql.source(name).strip() for name in names)
     with pytest.raises(KeyError, match="no query named"):
         sql.source("no_such_query")
+
+
+# Alembic's own machinery runs DDL built from the schema's name (outbox.migrate); every other
+# statement of the package is a named query.
+_STATEMENT = re.compile(r"\s*(SELECT|INSERT|UPDATE|DELETE|WITH)\s")
+_MIGRATION_MACHINERY = {"migrate.py"}
+
+
+def test_no_module_writes_a_statement_of_its_own() -> None:
+    package = Path(sql.__file__).parent.parent
+    found = [
+        f"{path.relative_to(package)}:{node.lineno}"
+        for path in sorted(package.rglob("*.py"))
+        if path.name not in _MIGRATION_MACHINERY
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and _STATEMENT.match(node.value)
+    ]
+    assert found == []
