@@ -35,6 +35,13 @@ def refusal(port: int, path: str) -> str | None:
     return body if status == 503 else None
 
 
+def tried_database(port: int) -> str | None:
+    """/readyz's reason once the relay has tried its database; None before (it says it is
+    starting, also with a 503) and while it answers otherwise."""
+    reason = refusal(port, "/readyz")
+    return None if reason is None or reason.startswith("starting: ") else reason
+
+
 def answers_ok(port: int, path: str) -> bool:
     return probe(port, path) == (200, "ok\n")
 
@@ -100,9 +107,9 @@ def test_a_relay_waiting_for_its_database_is_alive_but_not_ready(
     with Relays(env, tmp_path).running() as relays:
         relay = relays.start()
         reason = wait_until(
-            lambda: refusal(port, "/readyz"),
+            lambda: tried_database(port),
             30,
-            "/readyz to answer 503",
+            "/readyz to answer 503 for the database",
             explain=relays.describe,
         )
         assert reason.startswith("database unavailable: "), reason
