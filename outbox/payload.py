@@ -220,7 +220,7 @@ def request_of(payload: Any) -> Request:
 
 
 def is_basic(args: Mapping[str, Any]) -> bool:
-    """sendMessage arguments of the lesson's kind (python-telegram-bot's send_message)."""
+    """sendMessage arguments of the lesson's kind: what every sender sends (``Sender.send``)."""
     return args.keys() <= _ALLOWED_KEYS
 
 

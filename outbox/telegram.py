@@ -235,7 +235,7 @@ def _body(request_data: RequestData | None) -> aiohttp.FormData | aiohttp.Payloa
         return None
     if not request_data.contains_files:
         # The bytes aiohttp's FormData sends for plain fields, without the multipart writer
-        # (and random boundary) it builds first for every request: a sixth of a request's CPU.
+        # (and random boundary) it builds first for every request: a fifth of a request's CPU.
         return aiohttp.BytesPayload(
             urlencode(request_data.json_parameters, doseq=True).encode(),
             content_type="application/x-www-form-urlencoded",
@@ -304,8 +304,8 @@ class TelegramSender:
     async def send(self, args: Mapping[str, Any]) -> SentMessage:
         """A checked sendMessage (its fields map one to one to the Bot API's), as ``call``
         sends any request: python-telegram-bot's ``send_message`` would build its parameter
-        objects and parse the answer into a ``Message``, about 40 % of the relay's CPU a
-        message, for the two numbers the relay keeps."""
+        objects and parse the answer into a ``Message``, about 40 % of a request's CPU, for the
+        two numbers the relay keeps."""
         return await self.call(Request("sendMessage", dict(args)))
 
     async def call(self, request: Request) -> SentMessage:
