@@ -8,9 +8,9 @@ STAMP := $(VENV)/.installed
 # two per core, since the end-to-end tests spend most of their time waiting on processes and
 # timers (on 2 cores the whole suite takes 9-10 minutes with 4).
 JOBS ?= $(shell echo $$(( $$(nproc) * 2 )))
-# --dist loadgroup: no test is grouped, so each is a unit of its own, handed out in the order
-# the tiers plugin sorts them (the long ones first).
-PYTEST := $(BIN)/pytest --dist loadgroup
+# With -n, pytest-xdist hands the tests out one by one in the order the tiers plugin sorts them
+# (the long ones first): no test shares a worker with another on purpose.
+PYTEST := $(BIN)/pytest
 # The unit and database tiers wait on little but their own CPU: three workers on two cores ran
 # them in 67-77 s, four in 80-82 s, two in 83 s.
 CHECK_JOBS ?= $(shell echo $$(( $$(nproc) * 3 / 2 )))

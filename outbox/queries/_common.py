@@ -191,7 +191,8 @@ async def schema_facts(conn: AsyncConn, *, schema: str) -> tuple[str, frozenset[
 
 def schema_facts_sync(conn: AnyConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
     """``schema_facts`` on an app or operator connection."""
-    return _schema_facts(next(iter(_rows(conn, ("schema_facts", schema, _table(schema)))), None))
+    rows = _rows(conn, ("schema_facts", schema, _table(schema)))
+    return _schema_facts(rows[0] if rows else None)
 
 
 def _table(schema: str) -> dict[str, str]:
