@@ -6,7 +6,7 @@ The relay runs them every round (``outbox.relay.maintenance``); ``outbox reap`` 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from outbox import sql
@@ -46,11 +46,20 @@ async def try_maintenance_lock(conn: AsyncConn, *, schema: str, idle_seconds: fl
 
 
 async def reap_stale(
-    conn: AsyncConn, *, schema: str, lease_seconds: float, max_attempts: int
+    conn: AsyncConn,
+    *,
+    schema: str,
+    lease_seconds: float,
+    max_attempts: int,
+    holder: str | None = None,
+    held: Collection[int] = (),
 ) -> Reaped:
     """Return expired claims to the queue (or to xato once ``max_attempts``, the retry
-    policy's, are used up); how many went where."""
+    policy's, are used up); how many went where. The rows ``held`` by ``holder`` (the
+    reaping process) are not reaped: their outcomes are on their way."""
     params = {
+        "holder": holder,
+        "held": sorted(held),
         "lease": float(lease_seconds),
         "max_attempts": max_attempts,
         "too_many": FailureCode.TOO_MANY_ATTEMPTS.value,

@@ -27,6 +27,7 @@ from outbox.relay.heartbeat import Heartbeat, RelayIdentity
 from outbox.relay.lanes import BotSource, GivenBots, Lanes
 from outbox.relay.listener import Listener
 from outbox.relay.maintenance import Maintenance, Reaper, Retention
+from outbox.relay.send_pool import held_in_this_process
 from outbox.relay.service import Service
 from outbox.relay.startup import wait_until_reachable
 from outbox.relay.store import ANSWER_TIMEOUT, OutageLog, Store
@@ -275,6 +276,7 @@ class Relay:
                 schema=config.schema,
                 lease_seconds=config.lease_seconds,
                 max_attempts=config.retry.max_attempts,
+                held=held_in_this_process,
             ),
             retention=self._retention(),
             interval=config.reap_interval,

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Collection
+from dataclasses import dataclass, field
 
 from outbox import queries
 from outbox.queries import AsyncConn, Pruned, Reaped
@@ -34,6 +34,9 @@ class Reaper:
     schema: str
     lease_seconds: float
     max_attempts: int
+    # The claimed rows this process holds (a relay's), never reaped by it: however late their
+    # outcomes are, they come, and a reaped row would be claimed and sent a second time.
+    held: Callable[[], Collection[int]] | None = field(default=None, compare=False)
 
     async def run_once(self, conn: AsyncConn) -> Reaped:
         """Rows reaped, by the state they went to."""
@@ -42,6 +45,8 @@ class Reaper:
             schema=self.schema,
             lease_seconds=self.lease_seconds,
             max_attempts=self.max_attempts,
+            holder=queries.claim_holder() if self.held else None,
+            held=self.held() if self.held else (),
         )
         await queries.forget_idle_chats(conn, schema=self.schema)
         await queries.forget_gone_relays(

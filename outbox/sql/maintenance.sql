@@ -17,11 +17,14 @@ SELECT pg_try_advisory_xact_lock(:key),
 -- that a poison row narrows down to itself. egasi stays on a reaped row until its next claim:
 -- the rows of one dead process are counted together even when their claims expire in
 -- different rounds. A reaped row is due at once: an expired one is failed when it is claimed.
+-- :held are the rows the reaping process itself still holds (:holder's): it is alive, however
+-- late, and writes their outcomes itself; reaped, they would be claimed and sent again.
 WITH expired AS (
     SELECT id, egasi FROM outbox
     WHERE holat = 'bajarilmoqda'
       AND (band_vaqti IS NULL OR band_vaqti = 'infinity'
            OR band_vaqti < now() - make_interval(secs => :lease))
+      AND (egasi IS DISTINCT FROM :holder OR NOT (id = ANY (CAST(:held AS bigint[]))))
 ),
 held AS (
     SELECT egasi, count(*) AS rows FROM outbox

@@ -19,6 +19,7 @@ import sqlalchemy as sa
 
 from outbox import api, migrate, queries
 from outbox.db import async_connect, create_engine
+from outbox.relay.maintenance import Reaper
 from tests.support import enqueue_numbered, row, run_cli, states
 from tests.support.bad_rows import DEEP, INSERT, drop_row_limits, execute
 
@@ -203,6 +204,29 @@ def test_an_expired_claim_counts_only_for_a_row_its_relay_held_alone(
     with engine.begin() as conn:
         alone = conn.exec_driver_sql("SELECT count(*) FROM outbox WHERE yakka").scalar_one()
     assert alone == 5
+
+
+def test_a_live_relay_never_reaps_the_rows_it_still_holds(engine: sa.Engine, db_url: str) -> None:
+    # A relay late with its outcomes (a stalled machine) is alive: its reaper must not hand its
+    # own rows to the next claim, which would send them a second time.
+    enqueue_numbered(engine, 3, first_chat=FIRST_CHAT)
+
+    async def claim_then_reap() -> tuple[list[int], queries.Reaped]:
+        conn = await async_connect(db_url)
+        try:
+            claimed = [r.id for r in await queries.claim_due(conn, 3, schema="public")]
+            await conn.execute("UPDATE outbox SET band_vaqti = now() - interval '1 hour'")
+            still_held = set(claimed[:2])  # the third's outcome was written, say, then lost
+            reaper = Reaper("public", 60, 3, held=lambda: still_held)
+            return claimed, await reaper.run_once(conn)
+        finally:
+            await conn.close()
+
+    claimed, reaped = asyncio.run(claim_then_reap())
+    assert reaped == queries.Reaped(pending=1, failed=0)
+    with engine.begin() as conn:
+        found = dict(conn.exec_driver_sql("SELECT id, holat FROM outbox").fetchall())
+    assert [found[i] for i in claimed] == ["bajarilmoqda", "bajarilmoqda", "kutmoqda"]
 
 
 def test_a_suspect_is_claimed_alone_and_holds_back_every_batch(

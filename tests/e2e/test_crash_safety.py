@@ -123,7 +123,10 @@ def test_kill_9_three_times_during_a_drain_loses_nothing(
         f"\nduplicates per kill {duplicates[:-1]}; rows the dead relay held {held_at_kill}; "
         f"messages sent three times or more {sent_thrice}"
     )
-    assert duplicates[-1] == 0, "a message was sent twice without a crash"
+    # Judged by who sent, not by the order the fake read them: a killed relay's last request can
+    # still sit in the fake's socket when the final relay resends that row.
+    sent_twice_by_final = [chat for chat, s in senders.items() if s.count(4) > 1]
+    assert not sent_twice_by_final, "a message was sent twice without a crash"
     for dups, held in zip(duplicates, held_at_kill, strict=False):
         assert dups <= min(held, CONCURRENCY), (duplicates, held_at_kill)
 
