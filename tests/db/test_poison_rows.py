@@ -225,7 +225,9 @@ def test_a_live_relay_never_reaps_the_rows_it_still_holds(engine: sa.Engine, db_
     claimed, reaped = asyncio.run(claim_then_reap())
     assert reaped == queries.Reaped(pending=1, failed=0)
     with engine.begin() as conn:
-        found = dict(conn.exec_driver_sql("SELECT id, holat FROM outbox").fetchall())
+        found: dict[int, str] = dict(
+            conn.exec_driver_sql("SELECT id, holat FROM outbox").fetchall()
+        )
     assert [found[i] for i in claimed] == ["bajarilmoqda", "bajarilmoqda", "kutmoqda"]
 
 
