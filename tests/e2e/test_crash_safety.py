@@ -21,6 +21,7 @@ from outbox.db import create_engine
 from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import (
     TEST_TOKEN,
+    RelayProcess,
     Relays,
     enqueue_numbered,
     insert_raw,
@@ -45,6 +46,18 @@ def held_since(engine: sa.Engine, since: datetime | None) -> tuple[int, datetime
     return int(count), now
 
 
+def timed_out_chats(engine: sa.Engine, relays: list[RelayProcess]) -> set[int]:
+    """The chats of the rows whose send a relay logged as unanswered in time (then retried)."""
+    logged = re.compile(r"outbox (\d+) [^\n]*did not answer in time")
+    ids = sorted({int(i) for relay in relays for i in logged.findall(relay.stderr)})
+    with engine.connect() as conn:
+        chats = conn.exec_driver_sql(
+            "SELECT (payload->>'chat_id')::bigint FROM outbox WHERE id = ANY(%(ids)s)",
+            {"ids": ids},
+        )
+        return set(chats.scalars())
+
+
 def at_least(fake: FakeTelegram, n: int) -> Callable[[], bool]:
     return lambda: fake.count() >= n
 
@@ -67,9 +80,9 @@ def test_kill_9_three_times_during_a_drain_loses_nothing(
     settings = {
         "OUTBOX_CONCURRENCY": str(CONCURRENCY),
         "OUTBOX_BATCH_SIZE": str(CONCURRENCY),
-        "OUTBOX_LEASE": "2s",
+        "OUTBOX_LEASE": "3s",
         # The lease must cover a send: the Telegram timeout plus the grace.
-        "OUTBOX_TELEGRAM_TIMEOUT": "1s",
+        "OUTBOX_TELEGRAM_TIMEOUT": "2s",
         "OUTBOX_GRACE": "1s",
         # A row can be claimed by each of the three killed relays; that must not fail it.
         "OUTBOX_MAX_ATTEMPTS": "5",
@@ -108,12 +121,17 @@ def test_kill_9_three_times_during_a_drain_loses_nothing(
     per_chat = Counter(d.chat_id for d in delivered)
     assert set(per_chat) == set(range(first_chat, first_chat + n)), "a message was lost"
     assert states(engine) == {"kutmoqda": 0, "bajarilmoqda": 0, "bajarildi": n, "xato": 0}
+    # A send Telegram did not answer in time may have been delivered, and is retried: the
+    # documented duplicate without a crash (a loaded machine can hold the fake's answers back
+    # past the timeout). Those chats are left out of the accounting below.
+    timed_out = timed_out_chats(engine, relays.started)
     # A duplicate is a message Telegram accepted whose sent marker had not committed when the
     # relay that sent it was killed: each further delivery of a chat belongs to the relay of
     # the delivery before it (a resent message can be caught by the next kill too).
     senders: dict[int, list[int]] = {}
     for d in sorted(delivered, key=lambda d: d.at):
-        senders.setdefault(d.chat_id, []).append(d.bot_id)
+        if d.chat_id not in timed_out:
+            senders.setdefault(d.chat_id, []).append(d.bot_id)
     duplicates = [0] * 4
     for chat_senders in senders.values():
         for sender in chat_senders[:-1]:
@@ -121,7 +139,7 @@ def test_kill_9_three_times_during_a_drain_loses_nothing(
     sent_thrice = sum(1 for chat_senders in senders.values() if len(chat_senders) > 2)
     print(
         f"\nduplicates per kill {duplicates[:-1]}; rows the dead relay held {held_at_kill}; "
-        f"messages sent three times or more {sent_thrice}"
+        f"messages sent three times or more {sent_thrice}; sends that timed out {len(timed_out)}"
     )
     # Judged by who sent, not by the order the fake read them: a killed relay's last request can
     # still sit in the fake's socket when the final relay resends that row.
