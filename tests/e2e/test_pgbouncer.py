@@ -265,7 +265,7 @@ def test_the_reaper_returns_an_expired_claim_through_pgbouncer(
             "band_vaqti = now() - interval '1 hour' WHERE kalit = 'abandoned'"
         )
     # The lease must cover a send: the Telegram timeout plus the grace.
-    settings = {"OUTBOX_LEASE": "3s", "OUTBOX_TELEGRAM_TIMEOUT": "1s", "OUTBOX_GRACE": "1s"}
+    settings = {"OUTBOX_LEASE": "3s", "OUTBOX_TELEGRAM_TIMEOUT": "2s", "OUTBOX_GRACE": "1s"}
     with poll_only(bouncer, db_url, fake_telegram, tmp_path).running() as relays:
         relay = relays.start(**settings)
         wait_until(
