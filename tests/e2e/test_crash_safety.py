@@ -21,8 +21,8 @@ from outbox.db import create_engine
 from outbox_testing.fake_telegram import FakeTelegram, Fault
 from tests.support import (
     TEST_TOKEN,
-    RelayProcess,
     Relays,
+    chats_of,
     enqueue_numbered,
     insert_raw,
     relay_env,
@@ -44,18 +44,6 @@ def held_since(engine: sa.Engine, since: datetime | None) -> tuple[int, datetime
             {"since": since},
         ).one()
     return int(count), now
-
-
-def timed_out_chats(engine: sa.Engine, relays: list[RelayProcess]) -> set[int]:
-    """The chats of the rows whose send a relay logged as unanswered in time (then retried)."""
-    logged = re.compile(r"outbox (\d+) [^\n]*did not answer in time")
-    ids = sorted({int(i) for relay in relays for i in logged.findall(relay.stderr)})
-    with engine.connect() as conn:
-        chats = conn.exec_driver_sql(
-            "SELECT (payload->>'chat_id')::bigint FROM outbox WHERE id = ANY(%(ids)s)",
-            {"ids": ids},
-        )
-        return set(chats.scalars())
 
 
 def at_least(fake: FakeTelegram, n: int) -> Callable[[], bool]:
@@ -124,7 +112,7 @@ def test_kill_9_three_times_during_a_drain_loses_nothing(
     # A send Telegram did not answer in time may have been delivered, and is retried: the
     # documented duplicate without a crash (a loaded machine can hold the fake's answers back
     # past the timeout). Those chats are left out of the accounting below.
-    timed_out = timed_out_chats(engine, relays.started)
+    timed_out = chats_of(engine, relays.timed_out())
     # A duplicate is a message Telegram accepted whose sent marker had not committed when the
     # relay that sent it was killed: each further delivery of a chat belongs to the relay of
     # the delivery before it (a resent message can be caught by the next kill too).

@@ -9,6 +9,7 @@ import contextlib
 import json
 import os
 import random
+import re
 import shutil
 import signal
 import socket
@@ -52,6 +53,7 @@ __all__ = [
     "Relays",
     "add_rows_for_retention",
     "backends",
+    "chats_of",
     "enqueue_numbered",
     "eventually",
     "insert_raw",
@@ -319,6 +321,13 @@ class Relays:
     def describe(self) -> str:
         return "\n".join(r.describe() for r in self.started)
 
+    def timed_out(self) -> set[int]:
+        """The rows whose send a relay logged as not answered in time: each may have been
+        delivered, and is sent again (the documented duplicate without a crash; a loaded
+        machine can hold an in-process fake's answers back that long)."""
+        logged = re.compile(r"outbox (\d+) [^\n]*did not answer in time")
+        return {int(i) for relay in self.started for i in logged.findall(relay.stderr)}
+
     def close(self) -> None:
         for relay in self.started:
             if relay.alive():
@@ -372,6 +381,16 @@ async def eventually(
 def states(engine: sa.Engine) -> dict[str, int]:
     with engine.begin() as conn:
         return queries.count_by_state(conn, schema="public")
+
+
+def chats_of(engine: sa.Engine, ids: Sequence[int] | set[int]) -> set[int]:
+    """The chat ids of the rows ``ids`` (their payload's)."""
+    with engine.connect() as conn:
+        chats = conn.exec_driver_sql(
+            "SELECT (payload->>'chat_id')::bigint FROM outbox WHERE id = ANY(%(ids)s)",
+            {"ids": sorted(ids)},
+        )
+        return set(chats.scalars())
 
 
 def backends(engine: sa.Engine, where: str) -> list[str]:
