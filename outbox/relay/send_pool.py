@@ -59,7 +59,9 @@ def held_in_this_process() -> set[int]:
 
 def late_for_slot(per_bot: float) -> float:
     """How late a send may be for its slot. With a per-bot limit, one slot at most: then any
-    second holds at most ``per_bot + 1`` sends of the fleet (29 at the default 28)."""
+    second holds at most ``per_bot + 1`` sends of the fleet (29 at the default 28), as each
+    relay reads the slots from its claim's answer (an answer that lags, on a loaded machine,
+    moves that claim's sends by the lag)."""
     return min(LATE_FOR_SLOT, 1.0 / per_bot) if per_bot > 0 else LATE_FOR_SLOT
 
 

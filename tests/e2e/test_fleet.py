@@ -217,8 +217,10 @@ def test_the_queues_of_one_bot_share_its_budget(
     )
     stamps = sorted(d.at for d in fake_telegram.delivered)
     busiest = max(sum(1 for t in stamps if start <= t < start + 1.0) for start in stamps)
-    # A slot is 1/rate apart and a send may be a little late for it: one more, not twice as many.
-    assert busiest <= rate + 1, stamps
+    # A slot is 1/rate apart and a send may be a little late for it: one more. Each relay times
+    # its sends from its claim's answer, and on a loaded machine those answers lag by different
+    # amounts (a gate saw two sends 0.16 s apart): one more again, not three times as many.
+    assert busiest <= rate + 2, stamps
     assert (len(stamps) - 1) / (stamps[-1] - stamps[0]) <= rate * 1.1, stamps
 
 
