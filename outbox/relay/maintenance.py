@@ -36,7 +36,8 @@ class Reaper:
     max_attempts: int
     # The claimed rows this process holds (a relay's), never reaped by it: however late their
     # outcomes are, they come, and a reaped row would be claimed and sent a second time.
-    held: Callable[[], Collection[int]] | None = field(default=None, compare=False)
+    # ``outbox reap`` runs in no relay: nothing is held.
+    held: Callable[[], Collection[int]] = field(default=frozenset, compare=False)
 
     async def run_once(self, conn: AsyncConn) -> Reaped:
         """Rows reaped, by the state they went to."""
@@ -45,8 +46,8 @@ class Reaper:
             schema=self.schema,
             lease_seconds=self.lease_seconds,
             max_attempts=self.max_attempts,
-            holder=queries.claim_holder() if self.held else None,
-            held=self.held() if self.held else (),
+            holder=queries.claim_holder(),
+            held=self.held(),
         )
         await queries.forget_idle_chats(conn, schema=self.schema)
         await queries.forget_gone_relays(

@@ -19,7 +19,7 @@ import sys
 import tempfile
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, NoReturn, TypeVar
 
@@ -383,7 +383,7 @@ def states(engine: sa.Engine) -> dict[str, int]:
         return queries.count_by_state(conn, schema="public")
 
 
-def chats_of(engine: sa.Engine, ids: Sequence[int] | set[int]) -> set[int]:
+def chats_of(engine: sa.Engine, ids: Collection[int]) -> set[int]:
     """The chat ids of the rows ``ids`` (their payload's)."""
     with engine.connect() as conn:
         chats = conn.exec_driver_sql(
