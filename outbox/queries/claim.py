@@ -199,17 +199,20 @@ def plan_claim(
     walk = sorted(
         (c for c in candidates if c.part == "walk"), key=lambda c: (-c.priority, c.due, c.id)
     )
-    placed = [(-1.0, c) for c in candidates if c.part == "alone"]
-    placed += [(float(i), c) for i, c in enumerate(walk)]
     oldest = sorted((c for c in candidates if c.part == "oldest"), key=lambda c: (c.due, c.id))
-    placed += [(first_reserved + j * (share - 1) - 0.5, c) for j, c in enumerate(oldest)]
-    placed.sort(key=lambda pc: pc[0])
+    placed = walk
+    if len(walk) < len(candidates):  # a suspect, or the starvation bound's rows: interleaved
+        ranked = [(-1.0, c) for c in candidates if c.part == "alone"]
+        ranked += [(float(i), c) for i, c in enumerate(walk)]
+        ranked += [(first_reserved + j * (share - 1) - 0.5, c) for j, c in enumerate(oldest)]
+        ranked.sort(key=lambda pc: pc[0])
+        placed = [c for _, c in ranked]
 
     chat_on = bool(limits.chat_gap or limits.group_gap)
     bookings: list[Booking] = []
     chats: set[str] = set()
     slot = 0
-    for _, c in placed:
+    for c in placed:
         if c.expired:
             bookings.append(Booking(c.id, c.chat, base, None))
             continue
@@ -327,7 +330,7 @@ async def claim_due(
             schema=schema,
             params={
                 # One JSON text, not four arrays: psycopg quotes an array's items one by one.
-                "bookings": json.dumps(plan.bookings),
+                "bookings": json.dumps([_in_micros(b) for b in plan.bookings]),
                 "paid": lane is ClaimLane.PAID,
                 "bot": bot,
                 "next_slot": plan.next_slot,
@@ -336,6 +339,16 @@ async def claim_due(
             },
         )
         return [_claimed(r) for r in taken]
+
+
+def _in_micros(b: Booking) -> tuple[int, str | None, float | None, float | None]:
+    # claim_take's form of a booking: its times as whole microseconds (None and an infinity
+    # as they are).
+    return b.id, b.chat, _micros(b.send_at), _micros(b.chat_free)
+
+
+def _micros(t: float | None) -> float | None:
+    return int(t * 1e6) if t is not None and math.isfinite(t) else t
 
 
 def _claimed(r: Sequence[Any]) -> ClaimedRow:

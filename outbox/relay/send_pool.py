@@ -182,8 +182,7 @@ class SendPool:
     async def process(self, row: queries.ClaimedRow, checked_at: float) -> None:
         """Send one claimed row (known claimed at loop time ``checked_at``) and record its
         outcome; return once the outcome is written."""
-        expires_at = None if row.expires_in is None else checked_at + row.expires_in
-        self._facts[id(row)] = RowFacts(row.attempts, expires_at)
+        self._keep_facts(row, checked_at)
         if self._tracer is not None:
             self._spans[id(row)] = self._tracer.start(row)
         try:
@@ -452,6 +451,8 @@ class SendPool:
     def _expired(self, row: queries.ClaimedRow) -> bool:
         """Its expiry came (before its claim, or while it waited): failed, never sent late.
         True if it did."""
+        if row.expires_in is None:
+            return False
         decision = expiry(asyncio.get_running_loop().time(), self._facts_of(row))
         if decision is not None:
             self._apply(row, decision)
@@ -468,6 +469,11 @@ class SendPool:
         self._total.deferred += 1
         self._deferred_until = max(self._deferred_until, now + delay)
         self._apply(row, hand_back(now, self._facts_of(row), delay))
+
+    def _keep_facts(self, row: queries.ClaimedRow, checked_at: float) -> None:
+        # Only a row with an expiry has facts of its own; the others' are their attempts.
+        if row.expires_in is not None:
+            self._facts[id(row)] = RowFacts(row.attempts, checked_at + row.expires_in)
 
     def _facts_of(self, row: queries.ClaimedRow) -> RowFacts:
         return self._facts.get(id(row)) or RowFacts(row.attempts)
