@@ -7,13 +7,17 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Sequence
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 from outbox import sql
 from outbox.queries._common import AsyncConn
 from outbox.queries.claim import ClaimedRow
 from outbox.schema import DEFAULT_BOT, pause_channel
+from outbox.states import State
+
+_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_MICROSECOND = timedelta(microseconds=1)
 
 
 async def ensure_bot(conn: AsyncConn, bot: str, *, schema: str) -> None:
@@ -45,6 +49,21 @@ class Outcome(NamedTuple):
     @classmethod
     def for_row(cls, row: ClaimedRow, state: str, **details: Any) -> Outcome:
         return cls(row.id, row.attempts, state, claimed_at=row.claimed_at, **details)
+
+    @classmethod
+    def delivered(
+        cls,
+        row: ClaimedRow,
+        chat_id: int | None,
+        message_id: int | None,
+        message_ids: tuple[int, ...] = (),
+        new_chat_id: int | None = None,
+    ) -> Outcome:
+        """Done with its sent marker: ``for_row`` without keywords, on every delivery."""
+        return cls(
+            row.id, row.attempts, State.DONE, None, None, None, None, row.key, chat_id,
+            message_id, new_chat_id, row.claimed_at, message_ids,
+        )  # fmt: skip
 
 
 async def record_outcomes(conn: AsyncConn, outcomes: Sequence[Outcome], *, schema: str) -> int:
@@ -89,7 +108,7 @@ def _outcome_fields(o: Outcome) -> dict[str, Any]:
     if o.new_chat_id is not None:
         fields["new_chat_id"] = o.new_chat_id
     if o.claimed_at is not None:
-        fields["band_vaqti"] = o.claimed_at.isoformat()  # microseconds kept: exact match
+        fields["band_us"] = (o.claimed_at - _EPOCH) // _MICROSECOND  # exact: the fence matches
     return fields
 
 

@@ -387,18 +387,11 @@ class SendPool:
 
     def _mark_sent(self, row: queries.ClaimedRow, sent: SentMessage) -> None:
         self._total.sent += 1
-        self._record(
-            row,
-            queries.Outcome.for_row(
-                row,
-                State.DONE,
-                key=row.key,
-                chat_id=sent.chat_id,
-                message_id=sent.message_id,
-                message_ids=sent.message_ids,
-                new_chat_id=self._moved.get(id(row)),
-            ),
+        moved = self._moved.get(id(row)) if self._moved else None
+        outcome = queries.Outcome.delivered(
+            row, sent.chat_id, sent.message_id, sent.message_ids, moved
         )
+        self._record(row, outcome)
         self._delivered.pop(id(row), None)  # recorded: nothing left to make up for
 
     def _record_delivered(self, row: queries.ClaimedRow, sent: SentMessage) -> None:

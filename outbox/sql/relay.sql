@@ -15,10 +15,13 @@ INSERT INTO bot_holati (bot) VALUES (:bot) ON CONFLICT (bot) DO NOTHING;
 -- its place in line). A chat gone for the bot (blocked, kicked) is recorded in the same
 -- statement (bloklangan, outbox_0017).
 WITH r AS (
-    SELECT * FROM json_to_recordset(CAST(:batch AS json))
+    -- The claim's band_vaqti comes as whole microseconds since the epoch: exact, and a
+    -- number is cheaper to write in Python than a time.
+    SELECT *, timestamptz 'epoch' + band_us * interval '1 microsecond' AS band_vaqti
+    FROM json_to_recordset(CAST(:batch AS json))
         AS r(id bigint, urinish int, attempts int, holat text, delay float8, xato text,
              xato_turi text, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
-             band_vaqti timestamptz, message_ids bigint[], gone boolean)
+             band_us bigint, message_ids bigint[], gone boolean)
     -- The batch's own length cuts nothing; it tells the planner how few rows come.
     LIMIT :count
 ),
@@ -69,10 +72,13 @@ WHERE o.id = r.id AND o.holat = (SELECT 'bajarilmoqda') AND o.urinish = r.urinis
 -- record_outcomes: a host's trigger sees the chat move only in the write that ends the claim
 -- (vazifalar's vazifalar_relay_outcome follows the group that way).
 WITH r AS (
-    SELECT * FROM json_to_recordset(CAST(:batch AS json))
+    -- The claim's band_vaqti comes as whole microseconds since the epoch: exact, and a
+    -- number is cheaper to write in Python than a time.
+    SELECT *, timestamptz 'epoch' + band_us * interval '1 microsecond' AS band_vaqti
+    FROM json_to_recordset(CAST(:batch AS json))
         AS r(id bigint, urinish int, attempts int, holat text, delay float8, xato text,
              xato_turi text, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
-             band_vaqti timestamptz, message_ids bigint[], gone boolean)
+             band_us bigint, message_ids bigint[], gone boolean)
     LIMIT :count
 ),
 markers AS (

@@ -1,8 +1,9 @@
 WITH r AS (
-    SELECT * FROM json_to_recordset(CAST(%(batch)s AS json))
+    SELECT *, timestamptz 'epoch' + band_us * interval '1 microsecond' AS band_vaqti
+    FROM json_to_recordset(CAST(%(batch)s AS json))
         AS r(id bigint, urinish int, attempts int, holat text, delay float8, xato text,
              xato_turi text, kalit text, chat_id bigint, message_id bigint, new_chat_id bigint,
-             band_vaqti timestamptz, message_ids bigint[], gone boolean)
+             band_us bigint, message_ids bigint[], gone boolean)
     LIMIT %(count)s
 ),
 markers AS (
