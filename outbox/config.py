@@ -16,7 +16,7 @@ __all__ = ["DEFAULT_API_URL", "RelayConfig", "read_token", "telegram_api_url"]
 
 DEFAULT_API_URL = "https://api.telegram.org"  # here, not in outbox.telegram: no HTTP client to load
 DEFAULT_CONCURRENCY = 128  # sends in flight
-DEFAULT_BATCH_SIZE = 128  # rows a claim takes at most: a claim's cost is mostly per claim
+DEFAULT_BATCH_SIZE = 256  # rows a claim takes at most: a claim costs about 2 ms, plus 57 us a row
 # Rows claimed beyond the free send slots, at most, so that a slot that frees up starts its next
 # send at once, and the next claim runs while the outcomes of the last are written. Rows claimed
 # ahead are not sent, so the crash bound of messages sent without their marker stays the

@@ -230,7 +230,7 @@ def test_claims_stop_during_flood_control() -> None:
     sizing = claimer(flood, rate_limits=RateLimits(per_bot=2))
     cfg = RelayConfig(database_url="postgresql:///unused")
     # The bot's rate limit is kept by the claim statement itself, in the database.
-    assert sizing.plan(0.0, in_flight=0, written=0).want == cfg.batch_size
+    assert sizing.plan(0.0, in_flight=0, written=0).want == min(cfg.batch_size, cfg.concurrency)
     flood.flooded(3.0, now=0.0)
     assert sizing.plan(0.0, in_flight=4, written=0) == ClaimPlan(0, 3.0)
 
