@@ -342,13 +342,13 @@ async def claim_due(
 
 
 def _in_micros(b: Booking) -> tuple[int, str | None, float | None, float | None]:
-    # claim_take's form of a booking: its times as whole microseconds (None and an infinity
-    # as they are).
+    # claim_take's form of a booking: its times as whole microseconds, rounded as
+    # to_timestamp rounds seconds (None, and a time that is not finite, as they are).
     return b.id, b.chat, _micros(b.send_at), _micros(b.chat_free)
 
 
 def _micros(t: float | None) -> float | None:
-    return int(t * 1e6) if t is not None and math.isfinite(t) else t
+    return round(t * 1e6) if t is not None and math.isfinite(t) else t
 
 
 def _claimed(r: Sequence[Any]) -> ClaimedRow:
