@@ -342,8 +342,8 @@ async def claim_due(
 
 
 def _in_micros(b: Booking) -> tuple[int, str | None, float | None, float | None]:
-    # claim_take's form of a booking: its times as whole microseconds, rounded as
-    # to_timestamp rounds seconds (None, and a time that is not finite, as they are).
+    # claim_take's form of a booking: its times as whole microseconds, rounded (None, and a
+    # time that is not finite, as they are).
     return b.id, b.chat, _micros(b.send_at), _micros(b.chat_free)
 
 

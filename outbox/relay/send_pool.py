@@ -387,9 +387,8 @@ class SendPool:
 
     def _mark_sent(self, row: queries.ClaimedRow, sent: SentMessage) -> None:
         self._total.sent += 1
-        moved = self._moved.get(id(row)) if self._moved else None
         outcome = queries.Outcome.delivered(
-            row, sent.chat_id, sent.message_id, sent.message_ids, moved
+            row, sent.chat_id, sent.message_id, sent.message_ids, self._moved.get(id(row))
         )
         self._record(row, outcome)
         self._delivered.pop(id(row), None)  # recorded: nothing left to make up for

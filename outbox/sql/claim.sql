@@ -264,10 +264,11 @@ SELECT NULL, NULL WHERE NOT EXISTS (SELECT 1 FROM tinch_soatlar)
 -- name: claim_take
 WITH chosen AS (
     -- plan_claim's bookings: [[id, chat, send_at, chat_free], ...], times as microseconds
-    -- since the epoch (whole numbers: Python writes them in a third of a float's time).
+    -- since the epoch (whole numbers: Python writes them in a third of a float's time), read
+    -- back as the outcome write reads band_us.
     SELECT (b ->> 0)::bigint AS id, b ->> 1 AS chat,
-           to_timestamp((b ->> 2)::float8 / 1e6) AS send_at,
-           to_timestamp((b ->> 3)::float8 / 1e6) AS chat_free
+           timestamptz 'epoch' + (b ->> 2)::bigint * interval '1 microsecond' AS send_at,
+           timestamptz 'epoch' + (b ->> 3)::bigint * interval '1 microsecond' AS chat_free
     FROM jsonb_array_elements(:bookings::jsonb) AS b
 ),
 chats AS (

@@ -1,7 +1,7 @@
 WITH chosen AS (
     SELECT (b ->> 0)::bigint AS id, b ->> 1 AS chat,
-           to_timestamp((b ->> 2)::float8 / 1e6) AS send_at,
-           to_timestamp((b ->> 3)::float8 / 1e6) AS chat_free
+           timestamptz 'epoch' + (b ->> 2)::bigint * interval '1 microsecond' AS send_at,
+           timestamptz 'epoch' + (b ->> 3)::bigint * interval '1 microsecond' AS chat_free
     FROM jsonb_array_elements(%(bookings)s::jsonb) AS b
 ),
 chats AS (
