@@ -20,8 +20,9 @@
 WITH RECURSIVE
 budget AS (
     -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
-    SELECT greatest(clock_timestamp(), CASE WHEN :paid THEN pullik_slot ELSE keyingi_slot END)
-               AS base, clock_timestamp() AS t0,
+    -- No claim books past the horizon: a slot clock beyond it (plain SQL) is booked up to it.
+    SELECT least(greatest(clock_timestamp(), CASE WHEN :paid THEN pullik_slot ELSE keyingi_slot END),
+                 clock_timestamp() + :horizon * interval '1s') AS base, clock_timestamp() AS t0,
            -- A claim left idle mid-transaction (its relay's link went silent) is ended by the
            -- server, and with it this lock, which the relay's next claim waits for.
            set_config('idle_in_transaction_session_timeout', :idle_ms, true) AS idle_limit,

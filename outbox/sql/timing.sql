@@ -105,9 +105,12 @@ SELECT b.bot,
                          ELSE t.chat_due END,
                     extract(epoch FROM h.pauza_tugashi),
                     -- With a running paid lane (:paid), its clock may free a slot first.
-                    extract(epoch FROM CASE WHEN :paid AND h.pullik_pauza_tugashi <= c.t
-                                            THEN least(h.keyingi_slot, h.pullik_slot)
-                                            ELSE h.keyingi_slot END) - :horizon))
+                    -- (A clock past the horizon, as claim_rows reads it, is booked up to it.)
+                    extract(epoch FROM least(CASE WHEN :paid AND h.pullik_pauza_tugashi <= c.t
+                                                  THEN least(h.keyingi_slot, h.pullik_slot)
+                                                  ELSE h.keyingi_slot END,
+                                             c.t + make_interval(secs => :horizon)))
+                    - :horizon))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
            FILTER (WHERE t.at IS NOT NULL)
            - extract(epoch FROM c.t),

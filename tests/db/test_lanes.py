@@ -21,7 +21,7 @@ from outbox.queries import (
     ensure_bot,
     record_outcomes,
 )
-from outbox.queries.claim import RESERVED_SHARE
+from outbox.queries.claim import RESERVED_SHARE, ClaimLane
 from outbox.states import FailureCode, State
 from tests.support import text
 
@@ -346,3 +346,46 @@ def test_a_private_chat_keeps_the_chat_gap_and_any_other_the_group_gap(
     assert set(kept) == set(chats)
     for chat, gap in chats.items():
         assert gap - 5 < float(kept[chat]) <= gap, (chat, kept[chat])
+
+
+@pytest.mark.parametrize("lane", [ClaimLane.ALL, ClaimLane.PAID])
+def test_a_slot_clock_written_as_infinity_holds_its_bot_no_longer_than_a_horizon(
+    engine: sa.Engine, db_url: str, lane: ClaimLane
+) -> None:
+    # Plain SQL may set a bot's slot clock anywhere; no claim books past its horizon, so a
+    # clock beyond it counts as booked up to the horizon: the bot sends at its rate again,
+    # and its next claim writes the clock back where the slots are.
+    paid = lane is ClaimLane.PAID
+    clock = "pullik_slot" if paid else "keyingi_slot"
+    for n in range(3):
+        payload = {**text(100 + n), "allow_paid_broadcast": True} if paid else text(100 + n)
+        with engine.begin() as conn:
+            enqueue(conn, key=f"m-{n}", payload=payload)
+    limits = ClaimLimits(per_bot=10.0, horizon=1.0, paid=10.0 if paid else 0.0)
+
+    async def run() -> tuple[float | None, int, float]:
+        async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
+            await ensure_bot(conn, "default", schema=SCHEMA)
+            await conn.execute(f"UPDATE {SCHEMA}.bot_holati SET {clock} = 'infinity'")
+            timing = await bots_timing(
+                conn,
+                ["default"],
+                ["default"],
+                schema=SCHEMA,
+                horizon=1.0,
+                rate=10.0,
+                unnamed=[True],
+                paid=paid,
+            )
+            rows = await claim_due(conn, 3, schema=SCHEMA, limits=limits, lane=lane)
+            cursor = await conn.execute(
+                f"SELECT extract(epoch FROM {clock} - now())::float8 FROM {SCHEMA}.bot_holati"
+            )
+            ahead = await cursor.fetchone()
+            assert ahead is not None
+            return timing["default"].next_due, len(rows), ahead[0]
+
+    next_due, claimed, ahead = asyncio.run(run())
+    assert next_due is not None and next_due <= 0.0
+    assert claimed == 1  # the one slot at the horizon's edge
+    assert 0.0 < ahead <= 1.5

@@ -1,7 +1,7 @@
 WITH RECURSIVE
 budget AS (
-    SELECT greatest(clock_timestamp(), CASE WHEN %(paid)s THEN pullik_slot ELSE keyingi_slot END)
-               AS base, clock_timestamp() AS t0,
+    SELECT least(greatest(clock_timestamp(), CASE WHEN %(paid)s THEN pullik_slot ELSE keyingi_slot END),
+                 clock_timestamp() + %(horizon)s * interval '1s') AS base, clock_timestamp() AS t0,
            set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true) AS idle_limit,
            greatest(pauza_tugashi, CASE WHEN %(paid)s THEN pullik_pauza_tugashi END) > now()
            OR EXISTS (SELECT 1 FROM "public".pauza
