@@ -1,7 +1,7 @@
-r"""The typed Python face of the outbox's SQL, in modules by caller. The relay's, the CLI's
-and the page's statements are named queries in ``outbox/sql/*.sql`` run by ``outbox.sql``'s
-psycopg executor; the app's enqueue family (``app``, ``batch.enqueue_many``) still writes its
-statements here, run on the host's SQLAlchemy session:
+r"""The typed Python face of the outbox's SQL, in modules by caller. Every statement is a named
+query in ``outbox/sql/*.sql``: the relay's, the CLI's and the page's run on psycopg through
+``outbox.sql``'s executor, the app's (``app``, ``batch.enqueue_many``) on the host's
+SQLAlchemy session:
 
 * ``app``: what the host app runs inside its own transaction (enqueue, cancel, update_pending);
 * ``claim``: the relay's claim (priorities, windows, expiry, send slots, chats' spacing);
@@ -14,7 +14,7 @@ statements here, run on the host's SQLAlchemy session:
 * ``operator``: reading messages, replaying failures, cancelling, the web page's figures;
 * ``pause``: the operator's pauses, and the condition the claim keeps them by;
 * ``batch``: batches (broadcasts): the bulk enqueue, a batch's progress and its cancel;
-* ``_common``: tables named per schema, the runners, operations, the schema's own facts.
+* ``_common``: the runners, operations, the schema's own facts.
 
 The operator's statements are run by ``Operation``\ s, written once for every connection.
 

@@ -1,17 +1,13 @@
-r"""What every module of ``outbox.queries`` shares: tables named per schema, the runners.
+r"""What every module of ``outbox.queries`` shares: the runners of named queries.
 
-Three kinds of caller:
+Three kinds of caller, all running the named queries of ``outbox/sql``:
 
-* the app runs its statements through SQLAlchemy, in its own session or connection (sync or
-  async, any driver): ``text()`` with ``:name`` parameters, run by ``run_sync``/``run_async``;
-* the relay's hot path runs on its own psycopg async connections with ``%(name)s``;
-* the operator's reads and actions (the CLI, the web page, and their twins in ``outbox.api``)
-  are :class:`Operation`\ s: generators of named queries of ``outbox/sql``, run on a psycopg
-  connection, sync or async, or on the host's SQLAlchemy connection, by the same code.
-
-Statements written here name their tables through ``{outbox}`` and ``{yuborilgan}``, filled in
-once per schema (``_sql`` and ``_text``); a state is written ``{pending}``, ``{in_progress}``,
-``{done}`` or ``{failed}``, the literal coming from ``outbox.states.State``.
+* the app, through SQLAlchemy in its own session or connection (sync or async, any driver):
+  ``text()`` with ``:name`` parameters, run by ``run_sync``/``run_async``;
+* the relay's hot path, on its own psycopg async connections;
+* the operator's reads and actions (the CLI, the web page, and their twins in ``outbox.api``):
+  :class:`Operation`\ s, generators of named queries run on a psycopg connection, sync or
+  async, or on the host's SQLAlchemy connection, by the same code.
 """
 
 from __future__ import annotations

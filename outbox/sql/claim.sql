@@ -20,9 +20,11 @@
 WITH RECURSIVE
 budget AS (
     -- The clock, not now(): a claim that waited for another's lock counts from when it got it.
-    -- No claim books past the horizon: a slot clock beyond it (plain SQL) is booked up to it.
-    SELECT least(greatest(clock_timestamp(), CASE WHEN :paid THEN pullik_slot ELSE keyingi_slot END),
-                 clock_timestamp() + :horizon * interval '1s') AS base, clock_timestamp() AS t0,
+    -- A lane's slot clock (c) a day ahead is no claim's booking (they book a horizon, at most a
+    -- minute, ahead) but plain SQL's, 'infinity' say: it counts as booked up to the horizon.
+    SELECT CASE WHEN c > clock_timestamp() + interval '1 day'
+                THEN clock_timestamp() + :horizon * interval '1s'
+                ELSE greatest(clock_timestamp(), c) END AS base, clock_timestamp() AS t0,
            -- A claim left idle mid-transaction (its relay's link went silent) is ended by the
            -- server, and with it this lock, which the relay's next claim waits for.
            set_config('idle_in_transaction_session_timeout', :idle_ms, true) AS idle_limit,
@@ -31,8 +33,8 @@ budget AS (
            OR EXISTS (SELECT 1 FROM pauza
                       WHERE (doira = 'navbat' AND qiymat = :queue)
                          OR (doira = 'bot' AND qiymat = :bot)) AS paused
-    FROM bot_holati WHERE bot = :bot
-    FOR UPDATE
+    FROM (SELECT *, CASE WHEN :paid THEN pullik_slot ELSE keyingi_slot END AS c
+          FROM bot_holati WHERE bot = :bot FOR UPDATE) h
 ),
 room AS (
     -- How many rows may be claimed: none while paused; with a rate, the slots free within
@@ -44,8 +46,8 @@ room AS (
            END AS n
 ),
 held AS (
-    -- The pauses of kinds and batches, read once (mostly none: each row's probe of it is
-    -- then a scan of nothing).
+    -- The pauses of kinds and batches (a kind's value is its tur, a batch's its partiya), read
+    -- once (mostly none: each row's probe of it is then a scan of nothing).
     SELECT * FROM pauza WHERE doira IN ('tur', 'partiya')
 ),
 keys(k) AS (
@@ -84,10 +86,8 @@ clear AS (
                                AND s.navbat = :queue AND (s.payload @> :mark) = ANY (:lanes)
                                AND (s.bot = :bot OR (s.bot IS NULL AND :unnamed))
                                -- A paused suspect does not hold back the queue.
-                               AND NOT EXISTS (
-                                   SELECT 1 FROM held z
-                                   WHERE (z.doira = 'tur' AND z.qiymat = s.tur)
-                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya)))
+                               AND NOT EXISTS (SELECT 1 FROM held z WHERE z.qiymat =
+                                   CASE z.doira WHEN 'tur' THEN s.tur ELSE s.partiya END))
                               OR (s.holat = 'bajarilmoqda' AND s.egasi = :holder))) AS ok
 ),
 alone AS (
@@ -99,8 +99,8 @@ alone AS (
       AND o.navbat = :queue AND (o.bot = :bot OR (o.bot IS NULL AND :unnamed))
       AND (o.payload @> :mark) = ANY (:lanes) AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM outbox WHERE egasi = :holder AND holat = 'bajarilmoqda')
-      AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                              OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
+      AND NOT EXISTS (SELECT 1 FROM held z WHERE z.qiymat =
+                          CASE z.doira WHEN 'tur' THEN o.tur ELSE o.partiya END)
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -133,8 +133,8 @@ walk AS (
               AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
               -- The lane's rows: with a paid lane, each clock books its own.
               AND NOT o.yakka AND (SELECT ok FROM clear) AND (o.payload @> :mark) = ANY (:lanes)
-              AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                                      OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
+              AND NOT EXISTS (SELECT 1 FROM held z WHERE z.qiymat =
+                                  CASE z.doira WHEN 'tur' THEN o.tur ELSE o.partiya END)
               -- A follow-up waits while its original is still to be sent.
               AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
                        SELECT 1 FROM outbox m WHERE m.kalit = o.payload ->> 'message_key'

@@ -104,13 +104,10 @@ SELECT b.bot,
        min(greatest(CASE WHEN t.at > c.t THEN least(extract(epoch FROM t.at), t.window_due)
                          ELSE t.chat_due END,
                     extract(epoch FROM h.pauza_tugashi),
-                    -- With a running paid lane (:paid), its clock may free a slot first.
-                    -- (A clock past the horizon, as claim_rows reads it, is booked up to it.)
-                    extract(epoch FROM least(CASE WHEN :paid AND h.pullik_pauza_tugashi <= c.t
-                                                  THEN least(h.keyingi_slot, h.pullik_slot)
-                                                  ELSE h.keyingi_slot END,
-                                             c.t + make_interval(secs => :horizon)))
-                    - :horizon))
+                    -- A slot clock a day ahead counts, as claim_rows reads it, as free now.
+                    extract(epoch FROM CASE WHEN h.slot > c.t + interval '1 day'
+                                            THEN c.t + make_interval(secs => :horizon)
+                                            ELSE h.slot END) - :horizon))
            -- No row (greatest() skips a NULL): no work, not the bot's '-infinity' defaults.
            FILTER (WHERE t.at IS NOT NULL)
            - extract(epoch FROM c.t),
@@ -119,5 +116,10 @@ SELECT b.bot,
 FROM bots b
 CROSS JOIN clock c
 LEFT JOIN timed t ON t.bot = b.bot
-LEFT JOIN bot_holati h ON h.bot = b.bot
+LEFT JOIN LATERAL (
+    -- The clock that frees the bot's next slot: with a running paid lane (:paid), either.
+    SELECT h.*, CASE WHEN :paid AND h.pullik_pauza_tugashi <= c.t
+                     THEN least(h.keyingi_slot, h.pullik_slot) ELSE h.keyingi_slot END AS slot
+    FROM bot_holati h WHERE h.bot = b.bot
+) h ON true
 GROUP BY b.bot, c.t

@@ -349,12 +349,14 @@ def test_a_private_chat_keeps_the_chat_gap_and_any_other_the_group_gap(
 
 
 @pytest.mark.parametrize("lane", [ClaimLane.ALL, ClaimLane.PAID])
-def test_a_slot_clock_written_as_infinity_holds_its_bot_no_longer_than_a_horizon(
-    engine: sa.Engine, db_url: str, lane: ClaimLane
+@pytest.mark.parametrize("written", ["'infinity'", "'3000-01-01'", "now() + interval '10 s'"])
+def test_a_slot_clock_written_by_hand_holds_its_bot_as_far_as_a_claim_could_book(
+    engine: sa.Engine, db_url: str, lane: ClaimLane, written: str
 ) -> None:
-    # Plain SQL may set a bot's slot clock anywhere; no claim books past its horizon, so a
-    # clock beyond it counts as booked up to the horizon: the bot sends at its rate again,
-    # and its next claim writes the clock back where the slots are.
+    # Plain SQL may set a bot's slot clock anywhere. Within a day it is honoured as a booking
+    # (a fleet's clock: no slot before it); a day ahead it is no claim's booking and counts as
+    # booked up to the horizon: the bot sends at its rate again, and its next claim writes the
+    # clock back where the slots are.
     paid = lane is ClaimLane.PAID
     clock = "pullik_slot" if paid else "keyingi_slot"
     for n in range(3):
@@ -366,7 +368,7 @@ def test_a_slot_clock_written_as_infinity_holds_its_bot_no_longer_than_a_horizon
     async def run() -> tuple[float | None, int, float]:
         async with await psycopg.AsyncConnection.connect(db_url, autocommit=True) as conn:
             await ensure_bot(conn, "default", schema=SCHEMA)
-            await conn.execute(f"UPDATE {SCHEMA}.bot_holati SET {clock} = 'infinity'")
+            await conn.execute(f"UPDATE {SCHEMA}.bot_holati SET {clock} = {written}")
             timing = await bots_timing(
                 conn,
                 ["default"],
@@ -386,6 +388,14 @@ def test_a_slot_clock_written_as_infinity_holds_its_bot_no_longer_than_a_horizon
             return timing["default"].next_due, len(rows), ahead[0]
 
     next_due, claimed, ahead = asyncio.run(run())
-    assert next_due is not None and next_due <= 0.0
-    assert claimed == 1  # the one slot at the horizon's edge
-    assert 0.0 < ahead <= 1.5
+    assert next_due is not None
+    if written.startswith("now()"):
+        # When the horizon reaches the clock (a bot's timing: with a paid lane, its free
+        # clock, free now, may free a slot first).
+        assert next_due <= 0.0 if paid else 8.0 < next_due <= 9.0
+        assert claimed == 0
+        assert 9.0 < ahead <= 10.0  # left as written
+    else:
+        assert next_due <= 0.0
+        assert claimed == 1  # the one slot at the horizon's edge
+        assert 0.0 < ahead <= 1.5

@@ -1,14 +1,15 @@
 WITH RECURSIVE
 budget AS (
-    SELECT least(greatest(clock_timestamp(), CASE WHEN %(paid)s THEN pullik_slot ELSE keyingi_slot END),
-                 clock_timestamp() + %(horizon)s * interval '1s') AS base, clock_timestamp() AS t0,
+    SELECT CASE WHEN c > clock_timestamp() + interval '1 day'
+                THEN clock_timestamp() + %(horizon)s * interval '1s'
+                ELSE greatest(clock_timestamp(), c) END AS base, clock_timestamp() AS t0,
            set_config('idle_in_transaction_session_timeout', %(idle_ms)s, true) AS idle_limit,
            greatest(pauza_tugashi, CASE WHEN %(paid)s THEN pullik_pauza_tugashi END) > now()
            OR EXISTS (SELECT 1 FROM "public".pauza
                       WHERE (doira = 'navbat' AND qiymat = %(queue)s)
                          OR (doira = 'bot' AND qiymat = %(bot)s)) AS paused
-    FROM "public".bot_holati WHERE bot = %(bot)s
-    FOR UPDATE
+    FROM (SELECT *, CASE WHEN %(paid)s THEN pullik_slot ELSE keyingi_slot END AS c
+          FROM "public".bot_holati WHERE bot = %(bot)s FOR UPDATE) h
 ),
 room AS (
     SELECT CASE WHEN coalesce((SELECT paused FROM budget), false) THEN 0
@@ -48,10 +49,8 @@ clear AS (
                          AND ((s.holat = 'kutmoqda' AND s.keyingi_urinish <= now()
                                AND s.navbat = %(queue)s AND (s.payload @> %(mark)s) = ANY (%(lanes)s)
                                AND (s.bot = %(bot)s OR (s.bot IS NULL AND %(unnamed)s))
-                               AND NOT EXISTS (
-                                   SELECT 1 FROM held z
-                                   WHERE (z.doira = 'tur' AND z.qiymat = s.tur)
-                                      OR (z.doira = 'partiya' AND z.qiymat = s.partiya)))
+                               AND NOT EXISTS (SELECT 1 FROM held z WHERE z.qiymat =
+                                   CASE z.doira WHEN 'tur' THEN s.tur ELSE s.partiya END))
                               OR (s.holat = 'bajarilmoqda' AND s.egasi = %(holder)s))) AS ok
 ),
 alone AS (
@@ -61,8 +60,8 @@ alone AS (
       AND o.navbat = %(queue)s AND (o.bot = %(bot)s OR (o.bot IS NULL AND %(unnamed)s))
       AND (o.payload @> %(mark)s) = ANY (%(lanes)s) AND NOT (SELECT ok FROM clear)
       AND NOT EXISTS (SELECT 1 FROM "public".outbox WHERE egasi = %(holder)s AND holat = 'bajarilmoqda')
-      AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                              OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
+      AND NOT EXISTS (SELECT 1 FROM held z WHERE z.qiymat =
+                          CASE z.doira WHEN 'tur' THEN o.tur ELSE o.partiya END)
     ORDER BY o.keyingi_urinish, o.id
     LIMIT 1
     FOR UPDATE SKIP LOCKED
@@ -91,8 +90,8 @@ walk AS (
               AND o.keyingi_urinish <= (SELECT until FROM plan)
               AND coalesce(o.eng_erta, o.keyingi_urinish) <= now()
               AND NOT o.yakka AND (SELECT ok FROM clear) AND (o.payload @> %(mark)s) = ANY (%(lanes)s)
-              AND NOT EXISTS (SELECT 1 FROM held z WHERE (z.doira = 'tur' AND z.qiymat = o.tur)
-                                                      OR (z.doira = 'partiya' AND z.qiymat = o.partiya))
+              AND NOT EXISTS (SELECT 1 FROM held z WHERE z.qiymat =
+                                  CASE z.doira WHEN 'tur' THEN o.tur ELSE o.partiya END)
               AND (NOT o.payload ? 'message_key' OR NOT EXISTS (
                        SELECT 1 FROM "public".outbox m WHERE m.kalit = o.payload ->> 'message_key'
                                                 AND m.holat IN ('kutmoqda', 'bajarilmoqda')))
