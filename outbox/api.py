@@ -1,4 +1,4 @@
-"""What the app calls: enqueue, cancel and change messages inside its own transaction, and the
+"""What the app calls: enqueue, cancel and change messages in its own transaction, and the
 operator's actions (status, the failed list, replay) from Python.
 
 Every function takes the app's SQLAlchemy session or connection, never commits, and works in
@@ -82,8 +82,8 @@ _MAX_BOT_ID = 10**20 - 1
 
 
 def bot_column(bot: int | str | None) -> str | None:
-    """The ``bot`` column for a bot named by its public id (an int, or its digits), or
-    ``InvalidInput``; a token is refused without being repeated."""
+    """The ``bot`` column for a bot's public id (an int, or its digits); a token is refused
+    without being repeated."""
     if bot is None:
         return None
     if isinstance(bot, str) and ":" in bot:
@@ -95,15 +95,6 @@ def bot_column(bot: int | str | None) -> str | None:
     if isinstance(bot, bool) or not isinstance(bot, int) or not 0 < bot <= _MAX_BOT_ID:
         raise InvalidInput("bot= takes the bot's public id, a positive whole number")
     return str(bot)
-
-
-def check_destination(queue: str, batch: str | None, bot: int | str | None = None) -> str | None:
-    """The queue a message goes to, the batch it belongs to and the bot that sends it, or
-    ``InvalidInput``; the ``bot`` column's value."""
-    checked_queue(queue)
-    if batch is not None:
-        check_batch_name(batch)
-    return bot_column(bot)
 
 
 def _aware(value: object, field: str) -> datetime | None:
@@ -156,13 +147,7 @@ def _checked_lane(
         raise InvalidInput(f"ordered must be True or False, got {ordered!r}")
     if not isinstance(quiet_hours, bool):
         raise InvalidInput(f"quiet_hours must be True or False, got {quiet_hours!r}")
-    return queries.Lane(
-        priority=priority,
-        earliest=earliest,
-        expires_at=expiry,
-        ordered=ordered,
-        quiet_hours=quiet_hours,
-    )
+    return queries.Lane(priority, earliest, expiry, ordered, quiet_hours)
 
 
 def _checked_sending(
@@ -175,10 +160,12 @@ def _checked_sending(
     run_at: datetime | None,
     **lane: object,
 ) -> tuple[str, queries.Route]:
-    """What ``enqueue`` and ``enqueue_many`` check of a message but its key and payload (the
-    schema and the route), or ``InvalidInput`` in one line; ``lane`` is ``_checked_lane``'s
-    but run_at."""
-    bot_id = check_destination(queue, batch, bot)
+    """The schema and route of ``enqueue`` and ``enqueue_many``: all they check but the keys
+    and payloads; ``lane`` is ``_checked_lane``'s arguments but run_at."""
+    checked_queue(queue)
+    if batch is not None:
+        check_batch_name(batch)
+    bot_id = bot_column(bot)
     if not isinstance(kind, str):
         raise InvalidInput("an outbox message's kind must be a string")
     _check_label(kind, "kind")
@@ -219,35 +206,20 @@ def _enqueue_steps(
     ordered: bool = True,
     quiet_hours: bool = False,
 ) -> queries.Steps:
-    """Add a message to the outbox in the caller's transaction (never commits).
+    """Add a message to the outbox in the caller's transaction (never commits); it exists
+    exactly when that transaction commits (docs/sending.md and docs/lanes.md tell more).
 
-    ``conn`` is the app's SQLAlchemy ``Session`` or ``Connection``: the message exists exactly
-    when the caller's transaction commits. ``key`` identifies the logical message: enqueueing
-    the same key again returns the existing row. ``payload`` holds sendMessage's parameters
-    (``chat_id`` and ``text`` at least) and is checked now (``InvalidPayload`` names the
-    field). ``run_at`` (timezone-aware) delays the message; the default is now. ``bot`` is the
-    public id of the bot that sends it (the digits before its token's colon), served by the
-    relays whose ``--tokens-dir`` holds that token; without it, the relay with one token
-    (``TELEGRAM_BOT_TOKEN``) that serves the queue sends it. ``queue`` is the lane of work:
-    a relay serves the queues it is told to (``--queue``). ``batch`` names the broadcast it
-    belongs to (``outbox batch NAME`` shows its progress; a batch is paused, resumed and
-    cancelled as one); ``enqueue_many`` adds many at once.
-
-    Lanes, within the bot's one budget: ``priority`` (-10..10, default 0) goes first when
-    higher (one send slot in ten still goes to the oldest due row, so a low priority is never
-    starved); ``early`` lets the message go from ``run_at - early`` when the bot's planned
-    sends would otherwise miss ``run_at`` (never earlier than needed); ``expires_at``: never
-    sent after it; such a row ends ``xato`` with the code ``expired``.
-
-    Order: the messages of one chat from one bot and of one priority reach the chat in the
-    order they were due when enqueued (``run_at`` or now; then enqueue order), across retries
-    and relays; a later one waits while an earlier one is still to be sent. ``ordered=False``
-    takes the message out of that order: it goes as soon as it can and holds nothing back.
-
-    Quiet hours: with ``quiet_hours=True`` the message waits while its chat's quiet hours
-    last (``outbox.set_quiet_hours``), until they end in the chat's zone; for bulk messages
-    (digests, campaigns), not for one the person asked for. Its chat's other messages neither
-    wait for it nor hold it back.
+    ``key`` identifies the logical message: the same key again returns the existing row.
+    ``payload`` holds the Bot API request (sendMessage's ``chat_id`` and ``text`` at least),
+    checked now (``InvalidPayload`` names the field). ``run_at`` (timezone-aware) delays it.
+    ``bot``: the public id of the bot that sends it (default: the relay's one token).
+    ``queue``: the lane of work a relay serves (``--queue``). ``batch``: the broadcast it
+    belongs to (``outbox batch NAME``). ``priority`` (-10..10) goes first when higher, though
+    a low one is never starved; ``early`` lets it go from ``run_at - early`` when the bot's
+    budget would miss ``run_at``; after ``expires_at`` it ends ``xato`` (code ``expired``).
+    A chat's messages from one bot at one priority arrive in the order they were due, unless
+    ``ordered=False``. ``quiet_hours=True`` (for bulk messages) makes it wait while its chat's
+    quiet hours last (``outbox.set_quiet_hours``).
     """
     schema_name, route = _checked_sending(
         schema=schema,
@@ -277,14 +249,12 @@ def _keys(keys: str | Sequence[str]) -> list[str]:
 
 
 def _cancel_steps(keys: str | Sequence[str], *, schema: str | None = None) -> queries.Steps:
-    """Withdraw unsent messages by key (one key or several) in the caller's transaction;
-    return how many.
+    """Withdraw unsent messages (pending, claimed or failed) by key, in the caller's
+    transaction; return how many.
 
-    Pending and failed messages are deleted. So is a message a relay has claimed: a relay whose
-    claimed row waited (for a send slot or a rate limit) checks that its claim still exists
-    before sending; a request already on its way cannot be called back. Do not enqueue the same
-    key again right after cancelling it: another relay could send it while the first one is
-    still sending. Use a new key, or ``update_pending`` to change a message's text.
+    A relay re-checks its claim before sending, but a request already on its way cannot be
+    called back: do not enqueue the same key again right after cancelling it (another relay
+    could send it while the first is still sending). Use a new key, or ``update_pending``.
     """
     return queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
 
@@ -293,8 +263,7 @@ cancel, cancel_async = queries.app_twins("cancel", _cancel_steps, int)
 
 
 def sent_keys(conn: SyncConn, keys: Sequence[str], *, schema: str | None = None) -> list[str]:
-    """Which of ``keys`` name messages the outbox sent, in the caller's transaction: those a
-    follow-up (``"message_key"``: an edit, a delete) can act on."""
+    """Which of ``keys`` name messages the outbox sent: those a follow-up can act on."""
     steps = queries.sent_keys(schema=resolve_schema(schema), keys=_keys(keys))
     return list(queries.run_sync(conn, steps))
 
@@ -303,10 +272,7 @@ def _update_pending_steps(
     key: str, payload: Mapping[str, Any], *, schema: str | None = None
 ) -> queries.Steps:
     """Replace the payload of an unsent message (waiting, claimed or failed); False if none.
-
-    A message being sent at this moment goes out with the text it had; a retry or replay of it
-    sends the new one. A sent message is not sent again.
-    """
+    A send already under way goes with the old text; a retry or replay sends the new one."""
     _check_label(key, "key")
     return queries.update_pending(
         schema=resolve_schema(schema), key=key, payload=_checked_payload(payload)
@@ -325,8 +291,7 @@ _CHAT_ID = re.compile(r"-?[0-9]{1,20}")
 
 
 def chat_column(chat_id: object) -> str:
-    """The ``suhbat`` of a chat id (a whole number, or a channel's ``@username``), or
-    ``InvalidInput`` in one line."""
+    """The ``suhbat`` of a chat id (a whole number, or a channel's ``@username``)."""
     if isinstance(chat_id, str) and _CHAT_ID.fullmatch(chat_id):
         chat_id = int(chat_id)
     if isinstance(chat_id, int) and not isinstance(chat_id, bool) and abs(chat_id) < 10**20:
@@ -348,15 +313,8 @@ def chat_column(chat_id: object) -> str:
 def _unblock_chat_steps(
     chat_id: int | str, *, bot: int | str | None = None, schema: str | None = None
 ) -> queries.Steps:
-    """Let ``bot`` (its public id; None: the rows naming no bot) send to ``chat_id`` again, in
-    the caller's transaction; whether the chat was blocked.
-
-    A 403 that means the chat is gone for the bot (the person blocked it or deleted their
-    account, the bot was removed from the group) records the chat; later messages to it end
-    ``xato`` with the code ``chat_blocked`` without a request, until this is called (the
-    person sent /start or a message, the group added the bot back). Rows ended before stay
-    ended: ``replay`` sends them.
-    """
+    """Let ``bot`` (None: the rows naming no bot) send to ``chat_id`` again after a 403 that
+    recorded the chat as gone; whether it was blocked. Rows ended before need ``replay``."""
     schema, bot_id = resolve_schema(schema), bot_column(bot)
     return queries.app_steps(unblock.steps(schema=schema, chat=chat_column(chat_id), bot=bot_id))
 
@@ -374,9 +332,8 @@ def queue_status(
     schema: str | None = None,
     queue: str | None = None,
 ) -> QueueStatus:
-    """Rows per state, the age of the oldest due row, and claims older than the lease; of
-    every queue, or of ``queue``. ``.queues`` gives the same figures per queue, ``.lanes``
-    the due rows per priority, the rows with a window, those expiring soon or expired."""
+    """Rows per state, the age of the oldest due row and claims older than the lease, of
+    every queue or of ``queue``; ``.queues`` per queue, ``.lanes`` per priority and window."""
     return queries.queue_status(
         conn, schema=resolve_schema(schema), lease_seconds=lease_seconds, queue=queue
     )
@@ -392,9 +349,7 @@ def failed_messages(
     queue: str | None = None,
     priority: int | None = None,
 ) -> list[Message]:
-    """Failed (xato) messages, newest first, each with its history and sent marker;
-    ``kind``, ``queue`` and ``failed_within_seconds`` filter as ``replay`` does, ``priority``
-    (ustuvorlik) as ``list_messages`` does."""
+    """Failed (xato) messages, newest first, each with its history and sent marker."""
     return queries.list_messages(
         conn,
         schema=resolve_schema(schema),
@@ -418,8 +373,7 @@ def list_messages(
     priority: int | None = None,
     bot: int | str | None = None,
 ) -> list[Message]:
-    """Messages newest first, optionally of one state (holat), kind (tur), queue, priority
-    (ustuvorlik) and/or bot."""
+    """Messages newest first, optionally of one state, kind, queue, priority and/or bot."""
     return queries.list_messages(
         conn,
         schema=resolve_schema(schema),
@@ -449,14 +403,12 @@ def replay(
     priority: int | None = None,
     bot: int | str | None = None,
 ) -> list[ReplayResult]:
-    """Send failed messages again (xato -> kutmoqda) in the caller's transaction.
+    """Send failed messages again (xato -> kutmoqda) in the caller's transaction: ``ids``, or
+    with ``ids=None`` every failed one matching the filters.
 
-    ``ids``, or with ``ids=None`` every failed message matching ``kind``, ``queue``,
-    ``priority``, ``bot`` and ``failed_within_seconds``. A message whose key already has a
-    sent marker is refused (``ReplayResult.replayed`` is False and ``marker`` says when it was
-    sent) unless ``force``. A given id whose chat is gone for its bot refuses the call
-    (``Refused``, nothing replayed) until ``unblock_chat``; with ``ids=None`` such rows are
-    left out (``ReplayResult.blocked_chat`` names their chat).
+    A message already sent (it has a sent marker) is refused unless ``force``. A given id whose
+    chat is gone for its bot refuses the whole call (``Refused``) until ``unblock_chat``; with
+    ``ids=None`` such rows are left out (``ReplayResult.blocked_chat`` names their chat).
     """
     results = queries.replay(
         conn,
@@ -488,8 +440,7 @@ def relays(conn: SyncConn, *, schema: str | None = None) -> list[queries.RelayRe
 def bot_status(
     conn: SyncConn, *, schema: str | None = None, bot: int | str | None = None
 ) -> list[queries.BotFigures]:
-    """Each bot's figures: its rows per live state, lag, pauses, and whether a live relay
-    holds its token (served, rejected by Telegram, missing)."""
+    """Each bot's rows per live state, lag, pauses, and whether a live relay holds its token."""
     return queries.bot_status(conn, schema=resolve_schema(schema), bot=bot_column(bot))
 
 

@@ -1,10 +1,7 @@
 """Broadcasts and pauses from Python: enqueue many messages at once as a batch, follow a
 batch's progress, pause, resume and cancel (``outbox pause``, ``resume`` and ``batch`` call
-these).
-
-``enqueue_many`` runs in the caller's transaction and never commits, as ``enqueue`` does. The
-operator's functions also take the app's SQLAlchemy connection or session and never commit: a
-pause holds from the caller's commit on, for every relay.
+these). Each takes the app's SQLAlchemy connection or session and never commits: a pause
+holds from the caller's commit on, for every relay.
 """
 
 from __future__ import annotations
@@ -51,12 +48,9 @@ def _enqueue_many_steps(
     """Add ``(key, payload)`` pairs in one statement, in the caller's transaction (never
     commits); return how many were new (a key already in the outbox is left as it is).
 
-    Each payload is checked as ``enqueue`` checks it; one refused payload refuses the list.
-    ``batch`` names the broadcast (``outbox batch NAME``); ``bot`` the bot that sends them
-    all, and ``priority``, ``early``, ``expires_at``, ``ordered`` and ``quiet_hours`` their
-    lanes, as for ``enqueue`` (a broadcast of one message per chat loses nothing to its order). The
-    list goes to the database as one JSON document: split a list of millions into chunks of
-    some ten thousand.
+    Each payload is checked as ``enqueue`` checks it, and one refused payload refuses the
+    list; the other arguments are ``enqueue``'s, for every message. The list goes to the
+    database as one JSON document: split a list of millions into chunks of some ten thousand.
     """
     schema_name, route = _checked_sending(
         schema=schema,
@@ -105,6 +99,6 @@ def batch_progress(conn: SyncConn, name: str, *, schema: str | None = None) -> B
 
 
 def cancel_batch(conn: SyncConn, name: str, *, schema: str | None = None) -> int:
-    """Move every waiting row of batch ``name`` to xato ('cancelled by operator', code
-    ``cancelled``; replayable); rows being sent now finish. Return how many were cancelled."""
+    """Move every waiting row of batch ``name`` to xato (code ``cancelled``, replayable); rows
+    being sent now finish. Return how many were cancelled."""
     return queries.cancel_batch(conn, check_batch_name(name), schema=resolve_schema(schema))

@@ -40,8 +40,7 @@ _SCHEMES = ("postgresql", "postgres", "postgresql+psycopg")
 
 
 def _register_password(url: str) -> None:
-    """Teach the log redaction this URL's password, so that it is found where it stands (in a URL
-    or after password=) in any driver message that quotes it."""
+    """Teach the log redaction this URL's password, found in any driver message that quotes it."""
     try:
         parts = urlsplit(url)
     except ValueError:
@@ -55,32 +54,22 @@ def _register_password(url: str) -> None:
 
 
 def normalize_url(url: str) -> str:
-    """Validate a PostgreSQL URL and return it in libpq form (``postgresql://...``).
-
-    A URL may name several servers, as libpq reads it: ``host=a,b&port=5432,5432`` in the
-    query, or ``a:5432,b:5432`` in the authority; with ``target_session_attrs=read-write`` a
-    connection goes to the one that takes writes (the primary after a failover).
-    """
+    """Validate a PostgreSQL URL and return it in libpq form (``postgresql://...``); it may
+    name several servers as libpq reads them (``a:5432,b:5432``, or ``host=a,b`` in the query)."""
     try:
         parts = urlsplit(url.strip())
         _servers(parts)  # raises ValueError on a non-numeric port
     except ValueError as err:
         # urllib's reason can quote a piece of a misplaced password (as the "port"): not shown.
-        raise ConfigError(
-            f"database URL does not parse: {redact_url(url)} ({_parse_problem(err)})"
-        ) from None
+        if "port" in str(err).lower():
+            problem = "the port is not a number; percent-encode any of : / ? # @ in the password"
+        else:
+            problem = "percent-encode any of : / ? # @ [ ] in the user name or password"
+        raise ConfigError(f"database URL does not parse: {redact_url(url)} ({problem})") from None
     if parts.scheme not in _SCHEMES:
-        raise ConfigError(
-            f"database URL must start with postgresql://, got {redact_url(url)!r}",
-        )
+        raise ConfigError(f"database URL must start with postgresql://, got {redact_url(url)!r}")
     _register_password(url)
     return _unsplit(parts._replace(scheme="postgresql"))
-
-
-def _parse_problem(err: ValueError) -> str:
-    if "port" in str(err).lower():
-        return "the port is not a number; percent-encode any of : / ? # @ in the password"
-    return "percent-encode any of : / ? # @ [ ] in the user name or password"
 
 
 def _servers(parts: SplitResult) -> list[tuple[str, str]]:
@@ -117,11 +106,8 @@ EMBEDDED = "embedded"
 
 
 def resolve_url(url: str | None) -> str:
-    """The given URL; ``embedded`` (or ``embedded:DIR``) asks for the embedded server.
-
-    Nothing else starts it: a command that was given no URL at all refuses, so that a server
-    whose configuration lost its URL never runs against a private, empty database.
-    """
+    """The given URL; ``embedded`` (or ``embedded:DIR``) asks for the embedded server. No URL
+    at all is refused: a server whose configuration lost its URL must not run on an empty one."""
     url = (url or "").strip()
     if not url:
         raise ConfigError(
@@ -145,9 +131,8 @@ def resolve_url(url: str | None) -> str:
 
 
 def sqlalchemy_url(url: str) -> str:
-    """The URL for SQLAlchemy's psycopg dialect. Several servers in the authority
-    (``a:5432,b:5432``), which SQLAlchemy cannot parse, move to the query as libpq's
-    ``host=a,b&port=5432,5432``, which it passes on."""
+    """The URL for SQLAlchemy's psycopg dialect; several servers in the authority, which
+    SQLAlchemy cannot parse, move to the query as libpq's ``host=a,b&port=5432,5432``."""
     parts = urlsplit(normalize_url(url))
     servers = _servers(parts)
     if len(servers) > 1:
@@ -180,29 +165,28 @@ def _unreachable_errors() -> tuple[type[Exception], ...]:
     return (psycopg.OperationalError, *extra)
 
 
+_TABLES_MISSING = "the outbox tables are missing in this database: run `outbox migrate` first"
+
+
 @contextlib.contextmanager
 def connect_errors(url: str) -> Iterator[None]:
     """Translate connection and missing-schema errors into one clear ``OutboxError``."""
     try:
         yield
     except (psycopg.errors.UndefinedTable, psycopg.errors.UndefinedFunction) as err:
-        raise SchemaMissing(
-            "the outbox tables are missing in this database: run `outbox migrate` first",
-        ) from err
+        raise SchemaMissing(_TABLES_MISSING) from err
     except psycopg.errors.InsufficientPrivilege as err:
         raise _not_allowed(url, err) from err
     except _sqlalchemy_programming_errors() as err:
         if isinstance(err.orig, psycopg.errors.UndefinedTable):
-            raise SchemaMissing(
-                "the outbox tables are missing in this database: run `outbox migrate` first",
-            ) from err
+            raise SchemaMissing(_TABLES_MISSING) from err
         if isinstance(err.orig, psycopg.errors.InsufficientPrivilege):
             raise _not_allowed(url, err.orig) from err
         raise
     except _unreachable_errors() as err:
         reason = str(getattr(err, "orig", None) or err).strip().splitlines()[0]
         raise DatabaseUnavailable(
-            f"cannot reach the database at {redact_url(url)}: {reason}",
+            f"cannot reach the database at {redact_url(url)}: {reason}"
         ) from err
 
 
@@ -238,20 +222,16 @@ def _conninfo(url: str) -> str:
 async def async_connect(
     url: str, *, autocommit: bool = True, prepare: bool = True
 ) -> psycopg.AsyncConnection[object]:
-    """A psycopg async connection for the relay's hot path.
-
-    ``prepare``: the server prepares the statements the relay repeats after their second use.
-    Off behind a transaction-pooling PgBouncer, whose server connections change under us.
-    """
+    """A psycopg async connection for the relay's hot path; ``prepare`` (the statements it
+    repeats) is off behind a transaction-pooling PgBouncer, whose server connections change."""
     with connect_errors(url):
         return await psycopg.AsyncConnection.connect(
             _conninfo(url), autocommit=autocommit, prepare_threshold=2 if prepare else None
         )
 
 
-# The operator's connections (the CLI's, the web page's): rows readable by name, as the
-# operations read them; nothing prepared, so that they work through any PgBouncer. The body
-# runs in one transaction, committed when it returns, rolled back when it raises.
+# The operator's connections (the CLI's, the web page's): rows readable by name; nothing
+# prepared, so that they work through any PgBouncer; one transaction, committed on return.
 
 
 @contextlib.contextmanager

@@ -1,20 +1,14 @@
-"""The outbox's own Alembic history, beside whatever history the host app keeps.
-
-Two ways to adopt it (docs/adopting.md):
-
-* ``outbox migrate`` (or :func:`upgrade`): the outbox's revisions, recorded in their own version
-  table ``outbox_alembic_version`` in the outbox's schema; the host's ``alembic_version`` is
-  never read or written, so both run in either order, any number of times.
-* The host's own Alembic run: add :data:`VERSIONS_LOCATION` to its ``version_locations`` and
-  upgrade to ``heads``; the revisions form the branch ``outbox`` with ids that start with
-  ``outbox_``, so they cannot collide with the host's.
-
-Either way the host's autogenerate ignores the outbox's tables through :func:`include_object`.
+"""The outbox's own Alembic history, beside whatever history the host app keeps
+(docs/adopting.md): run by ``outbox migrate`` (:func:`upgrade`) with its own version table
+``outbox_alembic_version``, never touching the host's, or by the host's own Alembic run through
+:data:`VERSIONS_LOCATION` (the branch ``outbox``, ids starting ``outbox_``). Either way the
+host's autogenerate leaves the outbox's tables alone through :func:`include_object`.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import contextlib
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -91,11 +85,7 @@ def _config(url: str, script_package: str, schema: str) -> Config:
 
 def upgrade(url: str, revision: str = "head", *, schema: str | None = None) -> Upgraded:
     """Bring the outbox tables at ``url`` up to ``revision``; safe to run again at any time.
-
-    Refuses (``SchemaMismatch``) a schema that holds another program's ``outbox`` table, and
-    takes over tables made by version 0.1's shared history without losing a row. Says which
-    revision the tables were at and are at now.
-    """
+    Refuses (``SchemaMismatch``) another program's ``outbox`` table; adopts version 0.1's."""
     schema = resolve_schema(schema)
     config = _config(url, SCRIPT_PACKAGE, schema)
     with connect_errors(url):
@@ -121,48 +111,55 @@ def _upgraded(config: Config) -> Upgraded:
     return found if isinstance(found, Upgraded) else Upgraded(None, None)
 
 
-def _adopt_or_refuse(config: Config, url: str, schema: str) -> None:
-    """Look at the schema before Alembic does: refuse a foreign ``outbox`` table, and record
-    version 0.1's tables as at the first revision, in one transaction (a failure halfway leaves
-    nothing half done) under the migrators' lock (two first runs adopt once)."""
+@contextlib.contextmanager
+def _migrators_lock(url: str, schema: str) -> Iterator[sa.Connection]:
+    """One transaction holding the lock that lets one migrator of ``schema`` run at a time."""
     engine = create_engine(url)
     try:
         with engine.begin() as conn:
             lock = maintenance_lock_key(f"migrate:{schema}")
             conn.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock})
-            facts = queries.schema_facts_sync(conn, schema=schema)
-            if facts is None or _has_table(conn, schema, VERSION_TABLE):
-                return
-            comment, columns = facts
-            if comment.startswith(COMMENT_PREFIX):
-                raise SchemaMismatch(
-                    f"the outbox tables in schema {schema} are migrated by the host's own "
-                    f"Alembic history (branch {BRANCH}): upgrade them there, not with "
-                    "`outbox migrate`"
-                )
-            if not columns >= OWN_COLUMNS:
-                raise SchemaMismatch(
-                    f"schema {schema} already has a table named outbox that outbox-telegram "
-                    "did not create; put the outbox in a schema of its own with --schema or "
-                    "OUTBOX_SCHEMA"
-                )
-            conn.execute(sa.text(_comment_sql(schema, KNOWN_REVISIONS[0])))
-            # Version 0.1 kept its one revision in the default alembic_version, where a host's
-            # history would trip over it; the outbox's own version table replaces it.
-            if _has_table(conn, schema, "alembic_version"):
-                conn.execute(
-                    sa.text(
-                        f'DELETE FROM "{schema}".alembic_version WHERE version_num = :legacy '
-                        f'AND (SELECT count(*) FROM "{schema}".alembic_version) = 1'
-                    ),
-                    {"legacy": _LEGACY_REVISION},
-                )
-            versions = MigrationContext.configure(
-                conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
-            )
-            versions.stamp(ScriptDirectory.from_config(config), KNOWN_REVISIONS[0])
+            yield conn
     finally:
         engine.dispose()
+
+
+def _adopt_or_refuse(config: Config, url: str, schema: str) -> None:
+    """Look at the schema before Alembic does: refuse a foreign ``outbox`` table, and record
+    version 0.1's tables as at the first revision, in one transaction (a failure halfway leaves
+    nothing half done) under the migrators' lock (two first runs adopt once)."""
+    with _migrators_lock(url, schema) as conn:
+        facts = queries.schema_facts_sync(conn, schema=schema)
+        if facts is None or _has_table(conn, schema, VERSION_TABLE):
+            return
+        comment, columns = facts
+        if comment.startswith(COMMENT_PREFIX):
+            raise SchemaMismatch(
+                f"the outbox tables in schema {schema} are migrated by the host's own "
+                f"Alembic history (branch {BRANCH}): upgrade them there, not with "
+                "`outbox migrate`"
+            )
+        if not columns >= OWN_COLUMNS:
+            raise SchemaMismatch(
+                f"schema {schema} already has a table named outbox that outbox-telegram "
+                "did not create; put the outbox in a schema of its own with --schema or "
+                "OUTBOX_SCHEMA"
+            )
+        conn.execute(sa.text(_comment_sql(schema, KNOWN_REVISIONS[0])))
+        # Version 0.1 kept its one revision in the default alembic_version, where a host's
+        # history would trip over it; the outbox's own version table replaces it.
+        if _has_table(conn, schema, "alembic_version"):
+            conn.execute(
+                sa.text(
+                    f'DELETE FROM "{schema}".alembic_version WHERE version_num = :legacy '
+                    f'AND (SELECT count(*) FROM "{schema}".alembic_version) = 1'
+                ),
+                {"legacy": _LEGACY_REVISION},
+            )
+        versions = MigrationContext.configure(
+            conn, opts={"version_table": VERSION_TABLE, "version_table_schema": schema}
+        )
+        versions.stamp(ScriptDirectory.from_config(config), KNOWN_REVISIONS[0])
 
 
 def _has_table(conn: sa.Connection, schema: str, table: str) -> bool:
@@ -201,39 +198,32 @@ def revision_comment(revision: str) -> str:
 
 
 def run_migrations(*, version_table: str, own_schema: bool) -> None:
-    """The body of an ``env.py``: online migrations with a version table of their own.
+    """The body of an ``env.py``: online migrations with a version table of their own, in
+    the outbox's schema with ``own_schema`` (else the search path's).
 
-    ``own_schema``: the version table lives in the outbox's schema (else the search path's).
-    One migrator at a time: two relays' start-up jobs may run ``outbox migrate`` together.
-    The lock and every revision share one transaction (all or nothing): behind PgBouncer in
-    transaction pooling, a lock held across transactions would stay behind in a pooled server
-    connection, keeping the next migrator waiting and letting another one through.
+    One migrator at a time (two relays' start-up jobs may migrate together). The lock and every
+    revision share one transaction: behind a transaction-pooling PgBouncer, a lock held across
+    transactions would stay behind in a pooled server connection.
     """
     url = context.config.get_main_option("sqlalchemy.url")
     if url is None:
         raise RuntimeError("outbox.migrate sets sqlalchemy.url before running Alembic")
     schema = target_schema()
-    engine = create_engine(url)
-    try:
-        with engine.begin() as connection:
-            lock = maintenance_lock_key(f"migrate:{schema}")
-            connection.execute(sa.text("SELECT pg_advisory_xact_lock(:key)"), {"key": lock})
-            if own_schema:
-                connection.execute(sa.text(create_schema_sql(schema)))
-            # Alembic runs inside the caller's transaction and leaves the commit to it.
-            context.configure(
-                connection=connection,
-                version_table=version_table,
-                version_table_schema=schema if own_schema else None,
-            )
-            migrations = context.get_context()
-            before = migrations.get_current_revision()
-            with context.begin_transaction():
-                context.run_migrations()
-            result = Upgraded(before, migrations.get_current_revision())
-            context.config.attributes[_RESULT_ATTRIBUTE] = result
-    finally:
-        engine.dispose()
+    with _migrators_lock(url, schema) as connection:
+        if own_schema:
+            connection.execute(sa.text(create_schema_sql(schema)))
+        # Alembic runs inside the caller's transaction and leaves the commit to it.
+        context.configure(
+            connection=connection,
+            version_table=version_table,
+            version_table_schema=schema if own_schema else None,
+        )
+        migrations = context.get_context()
+        before = migrations.get_current_revision()
+        with context.begin_transaction():
+            context.run_migrations()
+        result = Upgraded(before, migrations.get_current_revision())
+        context.config.attributes[_RESULT_ATTRIBUTE] = result
 
 
 def include_object(
@@ -242,22 +232,17 @@ def include_object(
     """An ``include_object`` hook for the host's ``context.configure``: autogenerate and
     ``alembic check`` leave the outbox's tables (and their indexes and columns) alone."""
     table = obj if type_ == "table" else getattr(obj, "table", None)
-    if table is None:
+    if table is None or table.name not in OUTBOX_TABLES:
         return True
-    return not (table.name in OUTBOX_TABLES and _in_outbox_schema(table.schema))
-
-
-def _in_outbox_schema(table_schema: str | None) -> bool:
     # Autogenerate names the connection's default schema None: public, or what the host's
     # search_path puts first (an app whose role defaults to its own schema).
-    return (table_schema or _default_schema()) == current_schema()
+    return (table.schema or _default_schema()) != current_schema()
 
 
 def _default_schema() -> str:
     try:
-        dialect = context.get_context().dialect
+        return context.get_context().dialect.default_schema_name or DEFAULT_SCHEMA
     # Not inside an Alembic run (a direct compare_metadata call): NameError before any run in
     # this process, AttributeError after one has ended.
     except (NameError, AttributeError):
         return DEFAULT_SCHEMA
-    return dialect.default_schema_name or DEFAULT_SCHEMA

@@ -1,10 +1,8 @@
 """The payload contract of an outbox row: which Bot API request it may become.
 
-One implementation, used twice: ``enqueue`` and ``update_pending`` refuse a bad payload at once
-(the app hears of its mistake in its own request), and the relay checks every claimed row again,
-since plain SQL can write anything into the table. ``"method"`` names the request in Telegram's
-spelling (absent: sendMessage, the lesson's rows); the other methods are in
-``outbox.payload_methods``.
+Used twice: ``enqueue`` and ``update_pending`` refuse a bad payload in the app's own request,
+and the relay checks every claimed row again, since plain SQL can write anything. ``"method"``
+names the request (absent: sendMessage); the methods beyond it are in ``outbox.payload_methods``.
 """
 
 from __future__ import annotations
@@ -61,11 +59,8 @@ class MalformedPayload(ValueError):
 
 
 class UnreadablePayload(NamedTuple):
-    """JSON text from the table that Python cannot decode (nested too deeply, say).
-
-    It stands in for the value, so that the row is failed on its own with ``reason`` instead
-    of the decoding error taking the whole batch (or the relay) down with it.
-    """
+    """JSON text from the table that Python cannot decode (nested too deeply, say), standing in
+    for the value: the row fails alone with ``reason``, not the whole batch or the relay."""
 
     reason: str
     text: str

@@ -1,12 +1,10 @@
-"""The payload contract beyond plain sendMessage: every Bot API method the outbox sends, by
-Telegram's name in ``"method"``, and the follow-ups that act on a message the outbox sent.
+"""The payload contract beyond plain sendMessage: every Bot API method the outbox sends (by
+Telegram's name in ``"method"``), and the follow-ups that act on a message the outbox sent.
 
-Each method is a table of its fields, each field checked by one small function; a field the
-table does not name is refused, so a typo is never sent as something Telegram ignores. Media
-are only a Telegram ``file_id`` or an ``https://`` URL: python-telegram-bot uploads a local file
-named by a plain string, and a row written by plain SQL must never make the relay read its
-host's files (the relay also sends these methods with ``Bot.do_api_request``, which passes
-strings untouched).
+Each method is a table of its fields, each checked by one small function; a field the table
+does not name is refused, so a typo is never sent as something Telegram ignores. Media are only
+a ``file_id`` or an ``https://`` URL: python-telegram-bot uploads a local file named by a plain
+string, and a row written by plain SQL must never make the relay read its host's files.
 """
 
 from __future__ import annotations
@@ -70,10 +68,10 @@ def _number(low: float, high: float) -> Check:
     return check
 
 
-def _string(high: int, *, low: int = 1) -> Check:
+def _string(high: int) -> Check:
     def check(value: Any, field: str) -> str:
-        if not isinstance(value, str) or not low <= len(value) <= high:
-            raise MalformedPayload(f"{field} must be a string of {low} to {high} characters")
+        if not isinstance(value, str) or not 1 <= len(value) <= high:
+            raise MalformedPayload(f"{field} must be a string of 1 to {high} characters")
         return check_text(value, field)
 
     return check
@@ -201,19 +199,22 @@ _CAPTIONED = {"caption": _caption, "parse_mode": _PARSE_MODE, "caption_entities"
 _VISUAL = {**_CAPTIONED, "show_caption_above_media": _flag, "has_spoiler": _flag}
 _SIZE = {"duration": _integer(0, 2**31), "width": _integer(1, 10**5), "height": _integer(1, 10**5)}
 _LOCATION = {"latitude": _number(-90, 90), "longitude": _number(-180, 180)}
+# Each kind of media's fields beside the file itself, as its send method (and InputMedia) take them.
+_MEDIA: dict[str, dict[str, Check]] = {
+    "photo": _VISUAL,
+    "video": {**_VISUAL, **_SIZE, "thumbnail": _file, "cover": _file,
+              "start_timestamp": _integer(0, 2**31), "supports_streaming": _flag},
+    "animation": {**_VISUAL, **_SIZE, "thumbnail": _file},
+    "audio": {**_CAPTIONED, "duration": _SIZE["duration"], "performer": _string(256),
+              "title": _string(256), "thumbnail": _file},
+    "document": {**_CAPTIONED, "thumbnail": _file, "disable_content_type_detection": _flag},
+    "voice": {**_CAPTIONED, "duration": _SIZE["duration"]},
+    "sticker": {"emoji": _string(16)},
+}  # fmt: skip
 
 
 def _media_item(types: tuple[str, ...]) -> Check:
     """One InputMedia object (an album's item, editMessageMedia's media)."""
-    by_type = {
-        "photo": _VISUAL,
-        "video": {**_VISUAL, **_SIZE, "thumbnail": _file, "cover": _file,
-                  "start_timestamp": _integer(0, 2**31), "supports_streaming": _flag},
-        "animation": {**_VISUAL, **_SIZE, "thumbnail": _file},
-        "audio": {**_CAPTIONED, "duration": _SIZE["duration"], "performer": _string(256),
-                  "title": _string(256), "thumbnail": _file},
-        "document": {**_CAPTIONED, "thumbnail": _file, "disable_content_type_detection": _flag},
-    }  # fmt: skip
 
     def check(value: Any, field: str) -> dict[str, Any]:
         if not isinstance(value, Mapping) or value.get("type") not in types:
@@ -221,7 +222,7 @@ def _media_item(types: tuple[str, ...]) -> Check:
                 f"{field} must be an object whose type is one of {', '.join(types)}"
             )
         kind = str(value["type"])
-        fields = {"type": _one_of(kind), "media": _file, **by_type[kind]}
+        fields = {"type": _one_of(kind), "media": _file, **_MEDIA[kind]}
         return _fields(value, fields, ("type", "media"), where=f"{field}.")
 
     return check
@@ -253,8 +254,12 @@ def _poll_options(value: Any, field: str) -> list[dict[str, Any]]:
     return options
 
 
-def _sends(media: str | None = None, /, **fields: Check) -> dict[str, Check]:
-    return {**_SEND, **({media: _file} if media else {}), **fields}
+def _sends(**fields: Check) -> dict[str, Check]:
+    return {**_SEND, **fields}
+
+
+def _sends_media(media: str) -> tuple[dict[str, Check], tuple[str, ...]]:
+    return {**_SEND, media: _file, **_MEDIA[media]}, ("chat_id", media)
 
 
 # method -> (its fields, the fields it requires). Follow-ups name their message by message_key.
@@ -264,26 +269,13 @@ METHODS: dict[str, tuple[dict[str, Check], tuple[str, ...]]] = {
                link_preview_options=_LINK_PREVIEW),
         ("chat_id", "text"),
     ),
-    "sendPhoto": (_sends("photo", **_VISUAL), ("chat_id", "photo")),
-    "sendDocument": (
-        _sends("document", **_CAPTIONED, thumbnail=_file, disable_content_type_detection=_flag),
-        ("chat_id", "document"),
-    ),
-    "sendVideo": (
-        _sends("video", **_VISUAL, **_SIZE, thumbnail=_file, cover=_file,
-               start_timestamp=_integer(0, 2**31), supports_streaming=_flag),
-        ("chat_id", "video"),
-    ),
-    "sendAnimation": (_sends("animation", **_VISUAL, **_SIZE, thumbnail=_file),
-                      ("chat_id", "animation")),
-    "sendAudio": (
-        _sends("audio", **_CAPTIONED, duration=_SIZE["duration"], performer=_string(256),
-               title=_string(256), thumbnail=_file),
-        ("chat_id", "audio"),
-    ),
-    "sendVoice": (_sends("voice", **_CAPTIONED, duration=_SIZE["duration"]),
-                  ("chat_id", "voice")),
-    "sendSticker": (_sends("sticker", emoji=_string(16)), ("chat_id", "sticker")),
+    "sendPhoto": _sends_media("photo"),
+    "sendDocument": _sends_media("document"),
+    "sendVideo": _sends_media("video"),
+    "sendAnimation": _sends_media("animation"),
+    "sendAudio": _sends_media("audio"),
+    "sendVoice": _sends_media("voice"),
+    "sendSticker": _sends_media("sticker"),
     "sendLocation": (
         _sends(**_LOCATION, horizontal_accuracy=_number(0, 1500), live_period=_integer(60, 2**31),
                heading=_integer(1, 360), proximity_alert_radius=_integer(1, 100000)),
@@ -403,10 +395,8 @@ def _follow_up(method: str, fields: dict[str, Any]) -> Request:
                 "or chat_id and message_id"
             )
         args = _fields(fields, table, required, where="")
-        return Request(
-            method, {"chat_id": chat_id_of(chat_id), "message_id": _MESSAGE_ID(message_id,
-            "message_id"), **args}
-        )  # fmt: skip
+        ids = {"chat_id": chat_id_of(chat_id), "message_id": _MESSAGE_ID(message_id, "message_id")}
+        return Request(method, {**ids, **args})
     if "chat_id" in fields or "message_id" in fields:
         raise MalformedPayload("message_key names the message: chat_id and message_id go without")
     if not isinstance(key, str) or not key or len(key.encode()) > MAX_KEY_BYTES:

@@ -1,14 +1,11 @@
 """Quiet hours: a chat's hours, in its own time zone, during which the messages that ask for
-them (``enqueue(..., quiet_hours=True)``) wait.
-
-:func:`quiet_until` is the decision, a pure function of the moment and the hours: is the moment
-inside them, and when do they end. The claim asks it for each flagged row it locks
-(``outbox.queries.claim``); ``outbox.quiet_hours`` changes a chat's hours.
+them (``enqueue(..., quiet_hours=True)``) wait. :func:`quiet_until` decides, a pure function
+the claim asks for each flagged row it locks; ``outbox.quiet_hours`` changes a chat's hours.
 
 Wall-clock rules: hours with ``start > end`` run across midnight (22:00-07:00). An end that
-does not exist that day (the hour skipped when clocks go forward) moves to the first local
-time that does (the end of the skipped hour); an end that exists twice (the hour repeated when
-clocks go back) is its first occurrence, so the quiet hours never last longer than written.
+does not exist that day (clocks go forward) moves to the end of the skipped hour; an end that
+exists twice (clocks go back) is its first occurrence, so the hours never last longer than
+written.
 """
 
 from __future__ import annotations
@@ -35,20 +32,13 @@ class QuietHours(NamedTuple):
 @functools.lru_cache(maxsize=512)
 def zone(tz: str) -> ZoneInfo:
     """The IANA zone ``tz``; an unknown name is refused in one line."""
+    unknown = InvalidInput(f"unknown time zone {tz!r}: give an IANA name such as 'Asia/Tashkent'")
     if not isinstance(tz, str) or not tz or len(tz) > _MAX_ZONE_CHARS or " " in tz:
-        raise InvalidInput(f"unknown time zone {tz!r}: give an IANA name such as 'Asia/Tashkent'")
+        raise unknown
     try:
         return ZoneInfo(tz)
     except (ZoneInfoNotFoundError, ValueError):
-        raise InvalidInput(
-            f"unknown time zone {tz!r}: give an IANA name such as 'Asia/Tashkent'"
-        ) from None
-
-
-def _exists(local: datetime) -> bool:
-    # A wall time exists when it survives the trip to UTC and back.
-    zi = local.tzinfo
-    return local.astimezone(UTC).astimezone(zi).replace(tzinfo=zi) == local
+        raise unknown from None
 
 
 def _instant(day: date, wall: time, zi: ZoneInfo) -> datetime:
@@ -56,7 +46,8 @@ def _instant(day: date, wall: time, zi: ZoneInfo) -> datetime:
     the wall time itself, its first occurrence when it repeats, or the end of the skipped hour
     when the clocks jump over it."""
     local = datetime.combine(day, wall, tzinfo=zi)  # fold=0: the first occurrence
-    if _exists(local):
+    # A wall time exists when it survives the trip to UTC and back.
+    if local.astimezone(UTC).astimezone(zi).replace(tzinfo=zi) == local:
         return local.astimezone(UTC)
     # In a gap: fold=1 reads the wall time with the offset after the jump (an instant before
     # the jump), fold=0 with the one before (an instant after it). The jump lies between.
@@ -76,28 +67,20 @@ def _instant(day: date, wall: time, zi: ZoneInfo) -> datetime:
 
 
 def quiet_until(now: datetime, hours: QuietHours) -> datetime | None:
-    """When the quiet hours that hold ``now`` end (UTC), or None if ``now`` is outside them.
-
-    ``now`` is timezone-aware. Inside means from ``start`` (included) to ``end`` (excluded) on
-    the zone's wall clock; start == end means no quiet hours at all.
-    """
+    """When the quiet hours that hold ``now`` (timezone-aware) end, in UTC; None outside them.
+    Inside: from ``start`` (included) to ``end`` (excluded) on the zone's wall clock; start ==
+    end: no quiet hours at all."""
     start, end, tz = hours
     if start == end:
         return None
     zi = zone(tz)
     local = now.astimezone(zi)
     wall = local.time().replace(tzinfo=None)
-    today = local.date()
-    if start < end:
-        if not start <= wall < end:
-            return None
-        ends = _instant(today, end, zi)
-    elif wall >= start:
-        ends = _instant(today + timedelta(days=1), end, zi)
-    elif wall < end:
-        ends = _instant(today, end, zi)
-    else:
+    if not (start <= wall < end if start < end else wall >= start or wall < end):
         return None
+    # Hours across midnight that began today end tomorrow.
+    day = local.date() + timedelta(days=1) if end < start <= wall else local.date()
+    ends = _instant(day, end, zi)
     # A wall time just before a skipped end reads as inside until the jump: never in the past.
     return ends if ends > now else None
 

@@ -1,10 +1,9 @@
 """Quiet hours from the app: set and clear a chat's hours in the app's transaction.
 
-A change brings the chat's messages held by its previous hours back to the moment they were
-due, so that the next claim judges them again under the new hours (``outbox.quiet`` decides).
-The change locks the chat's waiting rows that ask for quiet hours: a claim running meanwhile
-skips them, and the change waits for a claim that holds them, so no claim judges them by the
-hours the change replaced.
+A change moves the chat's messages held by the old hours back to when they were due, for the
+next claim to judge again (``outbox.quiet`` decides). It locks the chat's waiting quiet-hours
+rows: a claim running meanwhile skips them and the change waits for a claim that holds them,
+so no claim judges them by the hours the change replaced.
 """
 
 from __future__ import annotations
@@ -32,25 +31,23 @@ __all__ = [
 ]
 
 
+def _wall_clock(value: object, name: str) -> time:
+    if not isinstance(value, time):
+        raise InvalidInput(f"{name} must be a datetime.time, got {type(value).__name__}")
+    if value.tzinfo is not None:
+        raise InvalidInput(f"{name} must be a wall-clock time, without tzinfo: tz is the zone")
+    return value.replace(microsecond=0)
+
+
 def _checked(start: object, end: object, tz: object) -> QuietHours:
-    for name, value in (("start", start), ("end", end)):
-        if not isinstance(value, time):
-            raise InvalidInput(f"{name} must be a datetime.time, got {type(value).__name__}")
-        if value.tzinfo is not None:
-            raise InvalidInput(f"{name} must be a wall-clock time, without tzinfo: tz is the zone")
+    wall_start, wall_end = _wall_clock(start, "start"), _wall_clock(end, "end")
     if not isinstance(tz, str):
         raise InvalidInput(f"tz must be an IANA zone name, got {type(tz).__name__}")
     zone(tz)
-    assert isinstance(start, time) and isinstance(end, time)
-    return QuietHours(start.replace(microsecond=0), end.replace(microsecond=0), tz)
-
-
-def _found_hours(found: QuietHours | None) -> QuietHours | None:
-    return found
+    return QuietHours(wall_start, wall_end, tz)
 
 
 def _whose(chat_id: object, bot: int | str | None) -> dict[str, object]:
-    """The chat's and the bot's parameters of every quiet-hours statement."""
     # The chat as the outbox keys it (suhbat): "007" and 7 are one chat.
     return {"chat": chat_column(chat_id), "bot": bot_column(bot) or ""}
 
@@ -64,14 +61,10 @@ def _set_steps(
     bot: int | str | None = None,
     schema: str | None = None,
 ) -> Steps:
-    """Set a chat's quiet hours, in the caller's transaction (never commits).
-
-    ``start`` and ``end`` are wall-clock times in the IANA zone ``tz`` (22:00 to 07:00 runs
-    across midnight; seconds count, microseconds do not); ``start == end`` means none (the
-    chat's hours are cleared). Messages to the chat enqueued with ``quiet_hours=True`` (by
-    ``bot``; None: the rows naming no bot) wait while the hours last. The chat's messages held
-    now are judged again by the next claim. An unknown zone is refused (``InvalidInput``).
-    """
+    """Set a chat's quiet hours for ``bot`` (None: the rows naming no bot) in the caller's
+    transaction: its messages enqueued with ``quiet_hours=True`` wait while they last.
+    ``start`` and ``end`` are wall-clock times in the IANA zone ``tz`` (22:00-07:00 runs across
+    midnight; microseconds do not count); ``start == end`` clears the hours."""
     hours = _checked(start, end, tz)
     yield from _change(chat_id, bot, schema, None if hours.start == hours.end else hours)
 
@@ -87,7 +80,6 @@ def _clear_steps(
 def _change(
     chat_id: object, bot: int | str | None, schema: str | None, hours: QuietHours | None
 ) -> Steps:
-    """Set the chat's quiet hours, or clear them (None), releasing its held rows."""
     start, end, tz = (None, None, None) if hours is None else hours
     params = {**_whose(chat_id, bot), "boshi": start, "oxiri": end, "tz": tz}
     yield sql.sa_sql("set_quiet_hours", resolve_schema(schema)), params
@@ -101,6 +93,10 @@ def _get_steps(
     query = sql.sa_sql("quiet_hours_of", resolve_schema(schema))
     found = (yield query, _whose(chat_id, bot)).first()
     return None if found is None else QuietHours(found[0], found[1], found[2])
+
+
+def _found_hours(found: QuietHours | None) -> QuietHours | None:
+    return found
 
 
 def _nothing(_result: object) -> None:

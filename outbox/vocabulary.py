@@ -1,11 +1,8 @@
 """One table of names: each outbox column's Python name, its column, and the label people read.
 
-The database speaks the lesson's language (Uzbek); Python speaks English. The two meet here
-only, as ``reminders/models.py`` maps the domain's tables: select lists alias each column to
-its Python name (``o.urinish AS attempts``) and rows are read by name, so a column added to a
-select list, or moved in it, cannot shift the fields of a record. The label is what the CLI's
-tables, the JSON documents, the web page and the logs call the field: the column's own name,
-so that what an operator reads is what they type into ``psql``.
+The database speaks the lesson's language (Uzbek), Python English; they meet only here. Select
+lists alias each column to its Python name (``o.urinish AS attempts``) and rows are read by
+name, so a column added to a select list, or moved in it, cannot shift a record's fields.
 """
 
 from __future__ import annotations
@@ -37,7 +34,8 @@ class Name:
 
 
 def _name(python: str, column: str, meaning: str) -> Name:
-    # Labelled as the database spells it: what an operator reads is what they type into psql.
+    # Labelled as the database spells it (in the CLI, JSON, the web page and the logs): what an
+    # operator reads is what they type into psql.
     return Name(python, column, column, meaning)
 
 
@@ -154,11 +152,8 @@ def entry_key(python: str) -> str:
 
 
 def select(alias: str, *names: str, **expressions: str) -> str:
-    """A select list that names each value by its Python name: ``o.urinish AS attempts``.
-
-    ``names`` are taken as they are; ``expressions`` give the SQL for a name whose value is
-    not the bare column (a cast, a CASE), where ``{}`` stands for the qualified column.
-    """
+    """A select list that names each value by its Python name: ``o.urinish AS attempts``;
+    ``expressions`` give the SQL of a value that is not the bare column, ``{}`` the column."""
     items = [f"{alias}.{column(name)} AS {name}" for name in names]
     for name, expression in expressions.items():
         qualified = f"{alias}.{column(name)}" if name in _BY_PYTHON else ""

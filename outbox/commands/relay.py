@@ -113,7 +113,7 @@ _CLAIMING: tuple[_Setting, ...] = (
         "--batch-size",
         DEFAULT_BATCH_SIZE,
         whole_number(1, MAX_BATCH_SIZE),
-        f"rows claimed per round trip at most (at most {MAX_BATCH_SIZE})",
+        f"rows a claim takes at most (at most {MAX_BATCH_SIZE})",
     ),
     (
         "--claim-ahead",

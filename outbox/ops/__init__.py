@@ -1,11 +1,5 @@
-"""The operator's operations, one layer for the command line and the web page alike.
-
-Each is an :class:`~outbox.queries.Operation`: called on the connection of a command
-(``ops.status(conn, schema=...)``, sync) or awaited on a request's (``await
-ops.status.run_async(conn, schema=...)``), in the caller's transaction. Connections come from
-:func:`connect` and :func:`connect_async`. How the answers are shown lives in
-``outbox.ops.views``, one module per noun.
-"""
+"""The operator's operations, one layer for the command line and the web page alike: each an
+:class:`~outbox.queries.Operation`, run in the caller's transaction (sync, or ``.run_async``)."""
 
 from __future__ import annotations
 
@@ -55,7 +49,6 @@ from outbox.states import State
 
 __all__ = [
     "BlockedChat",
-    "FrontPage",
     "Overview",
     "StatusReport",
     "batch",
@@ -84,9 +77,6 @@ __all__ = [
 ]
 
 
-# --- status --------------------------------------------------------------------------------
-
-
 @dataclass(frozen=True, slots=True)
 class StatusReport:
     status: QueueStatus
@@ -106,7 +96,6 @@ def status(
     queue: str | None = None,
     bot: str | None = None,
 ) -> Reading[StatusReport]:
-    """``outbox status``: the counts and health, the bots, the pauses, the unserved queues."""
     found = yield from queue_status.steps(schema=schema, lease_seconds=lease_seconds, queue=queue)
     unserved = yield from unserved_queues.steps(schema=schema)
     bots = yield from bot_status.steps(schema=schema, bot=bot)
@@ -128,8 +117,6 @@ def status(
 
 @dataclass(frozen=True, slots=True)
 class Overview:
-    """The page's header: the status, the last hour's activity, the fleet."""
-
     status: QueueStatus
     activity: Activity
     relays: list[RelayRecord]
@@ -168,7 +155,6 @@ def front_page(
     failed_within_seconds: float | None = None,
     priority: int | None = None,
 ) -> Reading[FrontPage]:
-    """The page's front: the overview, the failed messages the filter keeps, the pauses."""
     shown = yield from overview.steps(schema=schema, lease_seconds=lease_seconds)
     failed = yield from list_messages.steps(
         schema=schema,
@@ -184,12 +170,7 @@ def front_page(
     return FrontPage(shown, failed, kinds, priorities, pauses)
 
 
-# --- messages ------------------------------------------------------------------------------
-
-
 # The page's buttons: the action, then the message as it left it (None: no such message).
-
-
 @operation
 def replay_message(
     message_id: int, *, schema: str, force: bool = False
@@ -200,24 +181,17 @@ def replay_message(
 
 @operation
 def cancel_message(message_id: int, *, schema: str) -> Reading[tuple[bool, Message | None]]:
-    """Whether the waiting message moved to xato, and the message."""
     cancelled = yield from cancel_waiting.steps(schema=schema, message_id=message_id)
     return cancelled > 0, (yield from get_message.steps(message_id, schema=schema))
-
-
-# --- pauses and batches --------------------------------------------------------------------
 
 
 @operation
 def batch(
     name: str, *, schema: str, cancel: bool = False
 ) -> Reading[tuple[int | None, BatchProgress]]:
-    """A batch's progress, after cancelling its waiting rows when ``cancel`` (how many: the
-    first item, None without ``cancel``)."""
+    """A batch's progress, after cancelling its waiting rows (how many) when ``cancel``."""
     name = check_batch_name(name)
-    cancelled = None
-    if cancel:
-        cancelled = yield from cancel_waiting.steps(schema=schema, batch=name)
+    cancelled = (yield from cancel_waiting.steps(schema=schema, batch=name)) if cancel else None
     pauses = yield from list_pauses.steps(schema=schema)
     return cancelled, (yield from batch_progress.steps(name, pauses, schema=schema))
 
@@ -228,8 +202,7 @@ REPORT_PAGE = 500
 
 
 def batch_report(conn: sql.SyncConn, name: str, *, schema: str) -> Iterator[list[tuple[Any, ...]]]:
-    """A line per row of batch ``name`` still in the table (``views.batch.REPORT_COLUMNS``),
-    in pages, from one statement (one snapshot) streamed from the server."""
+    """Batch ``name``'s rows (``views.batch.REPORT_COLUMNS``), in pages, from one snapshot."""
     params = {"partiya": check_batch_name(name)}
     rows = sql.stream_sync(conn, "batch_report", schema=schema, params=params)
     while page := list(itertools.islice(rows, REPORT_PAGE)):
@@ -239,7 +212,6 @@ def batch_report(conn: sql.SyncConn, name: str, *, schema: str) -> Iterator[list
 async def batch_report_async(
     conn: sql.AsyncConn, name: str, *, schema: str
 ) -> AsyncIterator[list[tuple[Any, ...]]]:
-    """``batch_report`` on an async connection (the web page's)."""
     page: list[tuple[Any, ...]] = []
     params = {"partiya": check_batch_name(name)}
     async for row in sql.stream(conn, "batch_report", schema=schema, params=params):

@@ -1,10 +1,6 @@
-"""The operator's page: an aiohttp application rendering Jinja2 templates.
-
-Reading and writing go through ``outbox.ops`` on psycopg's async connections, one per request
-and its transaction. Every request passes ``gate`` (sign-in, origin and form token, the
-security headers and error pages); every action is a POST and leaves its trace in the row's
-tarix.
-"""
+"""The operator's page: an aiohttp application rendering Jinja2 templates. Every request passes
+``gate`` (sign-in, origin and form token, the security headers and error pages); every action
+is a POST and leaves its trace in the row's tarix."""
 
 from __future__ import annotations
 
@@ -12,10 +8,9 @@ import asyncio
 import logging
 import signal
 from collections.abc import Mapping
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any, ParamSpec, TypeVar
+from typing import Any
 
 from aiohttp import web
 
@@ -24,57 +19,36 @@ from outbox.db import check_schema, redact_url
 from outbox.errors import NotFound, OutboxError
 from outbox.ops.views import message as message_view
 from outbox.ops.views import status as status_view
-from outbox.queries import Message, Operation
+from outbox.queries import Message
 from outbox.schema import DEFAULT_QUEUE, checked_queue
 from outbox.states import State
-from outbox.web import inputs
-from outbox.web.auth import Guard, Proxies, check_bind
-from outbox.web.base import (
-    CONFIG,
-    GUARD,
-    PROXIES,
-    TEMPLATES,
-    THROTTLE,
-    WebConfig,
-    render,
-    templates,
-)
+from outbox.web import inputs, pauses
+from outbox.web.auth import Proxies, check_bind
+from outbox.web.base import CONFIG, WebConfig, install, render, run
 from outbox.web.gate import MalformedRequests, answers, form_text, login_page, logout, read_form
-from outbox.web.throttle import SignInThrottle
 
 __all__ = ["WebConfig", "build_app", "serve"]
 
 log = logging.getLogger("outbox.web")
-P = ParamSpec("P")
-T = TypeVar("T")
 
 FAILED_LIMIT = 100  # failed messages listed on the front page
 SELECTION_LIMIT = 1000  # messages one bulk replay may take; the confirmation lists them
 SEARCH_LIMIT = 100
-
-
-# --- static files -----------------------------------------------------------------
-
-
-def _static_files() -> dict[str, tuple[bytes, str]]:
-    folder = resources.files("outbox.web") / "static"
-    types = {".css": "text/css", ".js": "text/javascript"}
-    files = {}
-    for item in folder.iterdir():
-        suffix = "." + item.name.rsplit(".", 1)[-1]
-        if suffix in types:
-            files[item.name] = (item.read_bytes(), types[suffix])
-    return files
-
-
-# --- the database ---------------------------------------------------------------------------------
-
-
-async def run(request: web.Request, op: Operation[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
-    """Run one operation on a connection of its own, in one transaction, committed if it
-    returns."""
-    async with ops.connect_async(request.app[CONFIG].database_url) as conn:
-        return await op.run_async(conn, *args, **kwargs)
+_PAUSE_NOTICES = {
+    "paused": "Paused: no relay claims its waiting messages until it is resumed.",
+    "resumed": "Resumed: its waiting messages are sent again.",
+}
+_NOTICES = {
+    "replayed": "Replayed: the message is waiting to be sent again (kutmoqda).",
+    "cancelled": "Cancelled: the message moved to xato and will not be sent.",
+}
+_STATIC_TYPES = {"css": "text/css", "js": "text/javascript"}
+# The page's own scripts and styles, read once: name -> (body, content type).
+_STATIC = {
+    item.name: (item.read_bytes(), _STATIC_TYPES[item.name.rpartition(".")[2]])
+    for item in (resources.files("outbox.web") / "static").iterdir()
+    if item.name.rpartition(".")[2] in _STATIC_TYPES
+}
 
 
 def _overview(shown: ops.Overview, config: WebConfig) -> dict[str, Any]:
@@ -91,72 +65,51 @@ def _overview(shown: ops.Overview, config: WebConfig) -> dict[str, Any]:
     }
 
 
-@dataclass(frozen=True, slots=True)
-class _FailedFilter:
-    """The failed list's filters, from the address or from the bulk replay's form."""
-
-    kind: str | None
-    queue: str | None
-    since_text: str  # the duration as typed
-    since: float | None  # the same in seconds
-    priority: int | None = None  # ustuvorlik
-
-    @classmethod
-    def read(cls, values: Mapping[str, Any]) -> _FailedFilter:
-        # "navbat" is the page's old spelling: addresses saved with it keep working.
-        queue = (
-            inputs.field(values, "queue", "queue")
-            or inputs.field(values, "navbat", "queue")
-            or None
-        )
-        if queue is not None:
-            checked_queue(queue)
-        since_text = inputs.field(values, "since", "time filter")
-        since = inputs.duration_seconds(since_text, "time filter") if since_text else None
-        # "tur" likewise: the page's old spelling of the kind filter.
-        kind = inputs.field(values, "kind", "kind") or inputs.field(values, "tur", "kind") or None
-        priority_text = inputs.field(values, "priority", "priority")
-        priority = inputs.priority(priority_text) if priority_text else None
-        return cls(kind, queue, since_text, since, priority)
-
-    def filters(self) -> dict[str, Any]:
-        """The filter as the operations take it."""
-        return {
-            "kind": self.kind,
-            "queue": self.queue,
-            "failed_within_seconds": self.since,
-            "priority": self.priority,
-        }
-
-    def fields(self) -> dict[str, Any]:
-        """The filter as the templates show it and put it back into forms ('' for any)."""
-        return {
-            "kind": self.kind or "",
-            "queue": self.queue or "",
-            "since": self.since_text,
-            "priority": "" if self.priority is None else str(self.priority),
-        }
+def _failed_filter(values: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The failed list's filters, from the address or from the bulk replay's form: as the
+    operations take them, and as the templates show them and put them back into forms."""
+    # "navbat" and "tur" are the page's old spellings: addresses saved with them keep working.
+    queue = inputs.field(values, "queue", "queue") or inputs.field(values, "navbat", "queue")
+    if queue:
+        checked_queue(queue)
+    since_text = inputs.field(values, "since", "time filter")
+    since = inputs.duration_seconds(since_text, "time filter") if since_text else None
+    kind = inputs.field(values, "kind", "kind") or inputs.field(values, "tur", "kind")
+    priority_text = inputs.field(values, "priority", "priority")
+    priority = inputs.priority(priority_text) if priority_text else None
+    filters = {
+        "kind": kind or None,
+        "queue": queue or None,
+        "failed_within_seconds": since,
+        "priority": priority,
+    }
+    shown = {
+        "kind": kind,
+        "queue": queue,
+        "since": since_text,
+        "priority": "" if priority is None else str(priority),
+    }
+    return filters, shown
 
 
 async def index(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
-    chosen = _FailedFilter.read(request.query)
+    filters, shown = _failed_filter(request.query)
     front = await run(
         request,
         ops.front_page,
         schema=config.schema,
         lease_seconds=config.lease_seconds,
         limit=FAILED_LIMIT + 1,
-        **chosen.filters(),
+        **filters,
     )
     # The status counts every queue's failed rows already: the filter's choices come from it.
     per_queue = front.overview.status.queues
-    did = _PAUSE_NOTICES.get(request.query.get("did", ""))
     return render(
         request,
         "index.html",
-        notice=did,
-        **chosen.fields(),
+        notice=_PAUSE_NOTICES.get(request.query.get("did", "")),
+        **shown,
         **_overview(front.overview, config),
         failed=front.failed[:FAILED_LIMIT],
         more_failed=len(front.failed) > FAILED_LIMIT,
@@ -170,12 +123,6 @@ async def index(request: web.Request) -> web.StreamResponse:
     )
 
 
-_PAUSE_NOTICES = {
-    "paused": "Paused: no relay claims its waiting messages until it is resumed.",
-    "resumed": "Resumed: its waiting messages are sent again.",
-}
-
-
 async def overview_part(request: web.Request) -> web.StreamResponse:
     config = request.app[CONFIG]
     shown = await run(
@@ -184,23 +131,20 @@ async def overview_part(request: web.Request) -> web.StreamResponse:
     return render(request, "_overview.html", **_overview(shown, config))
 
 
-async def _message_or_404(request: web.Request) -> Message:
-    message_id = _message_id(request)
-    config = request.app[CONFIG]
-    message = await run(request, ops.get_message, message_id, schema=config.schema)
+def _message_id(request: web.Request) -> int:
+    return inputs.message_id(request.match_info["id"])
+
+
+def _found(message: Message | None, message_id: int) -> Message:
     if message is None:
         raise NotFound(f"no outbox message with id {message_id}")
     return message
 
 
-def _message_id(request: web.Request) -> int:
-    return inputs.message_id(request.match_info["id"])
-
-
-_NOTICES = {
-    "replayed": "Replayed: the message is waiting to be sent again (kutmoqda).",
-    "cancelled": "Cancelled: the message moved to xato and will not be sent.",
-}
+async def _message_or_404(request: web.Request) -> Message:
+    message_id = _message_id(request)
+    message = await run(request, ops.get_message, message_id, schema=request.app[CONFIG].schema)
+    return _found(message, message_id)
 
 
 async def message_page(request: web.Request) -> web.StreamResponse:
@@ -214,34 +158,28 @@ async def message_part(request: web.Request) -> web.StreamResponse:
 
 
 async def search(request: web.Request) -> web.StreamResponse:
-    config = request.app[CONFIG]
+    schema = request.app[CONFIG].schema
     text = inputs.field(request.query, "q", "search")
     found: list[Message] = []
     if text:
-        found = await run(
-            request, ops.search_messages, text, schema=config.schema, limit=SEARCH_LIMIT
-        )
+        found = await run(request, ops.search_messages, text, schema=schema, limit=SEARCH_LIMIT)
     return render(request, "search.html", q=text, found=found, limit=SEARCH_LIMIT)
 
 
-# --- actions --------------------------------------------------------------------------------------
-
-
-def _about(message: Message) -> dict[str, Any]:
-    """The fields of a log line about one message."""
+def _done(message: Message, did: str, forced: bool = False) -> web.HTTPSeeOther:
+    """Log the action on one message, and send the browser back to the message's page."""
     payload = message.payload
     chat = payload.get("chat_id") if isinstance(payload, dict) else None
-    return {"outbox_id": message.id, "key": message.key, "chat_id": chat}
+    about = {"outbox_id": message.id, "key": message.key, "chat_id": chat}
+    log.info("web: %s outbox %s%s", did, message.id, " (forced)" if forced else "", extra=about)
+    return web.HTTPSeeOther(f"/messages/{message.id}?did={did}")
 
 
-async def _act(
-    request: web.Request, op: Operation[P, tuple[T, Message | None]], *a: P.args, **k: P.kwargs
-) -> tuple[T, Message]:
-    """Run the action and read the message as it left it, in one transaction."""
-    done, message = await run(request, op, *a, **k)
-    if message is None:
-        raise NotFound(f"no outbox message with id {_message_id(request)}")
-    return done, message
+def _not_done(
+    request: web.Request, message: Message, reason: str, can_force: bool = False
+) -> web.Response:
+    shown = {"m": message, "notice": None, "refused": reason, "can_force": can_force}
+    return render(request, "message.html", http_status=409, **shown)
 
 
 async def replay_one(request: web.Request) -> web.StreamResponse:
@@ -251,24 +189,15 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
     if force and form.get("confirmed") != "1":
         return render(request, "confirm_force.html", m=await _message_or_404(request))
     schema = request.app[CONFIG].schema
-    result, message = await _act(
-        request, ops.replay_message, message_id, schema=schema, force=force
-    )
+    # The action and the message as it left it, in one transaction.
+    result, left = await run(request, ops.replay_message, message_id, schema=schema, force=force)
+    message = _found(left, message_id)
     if result.replayed:
-        log.info(
-            "web: replayed outbox %s%s",
-            message_id,
-            " (forced)" if force else "",
-            extra=_about(message),
-        )
-        raise web.HTTPSeeOther(f"/messages/{message_id}?did=replayed")
-    return render(
+        raise _done(message, "replayed", forced=force)
+    return _not_done(
         request,
-        "message.html",
-        http_status=409,
-        m=message,
-        notice=None,
-        refused=message_view.replay_refusal(result, force_hint=False),
+        message,
+        message_view.replay_refusal(result, force_hint=False),
         # --force resends a sent message; it cannot reach a chat that blocked the bot.
         can_force=result.state == State.FAILED and result.blocked_chat is None,
     )
@@ -277,23 +206,16 @@ async def replay_one(request: web.Request) -> web.StreamResponse:
 async def cancel_one(request: web.Request) -> web.StreamResponse:
     message_id = _message_id(request)
     schema = request.app[CONFIG].schema
-    cancelled, message = await _act(request, ops.cancel_message, message_id, schema=schema)
+    cancelled, left = await run(request, ops.cancel_message, message_id, schema=schema)
+    message = _found(left, message_id)
     if cancelled:
-        log.info("web: cancelled outbox %s", message_id, extra=_about(message))
-        raise web.HTTPSeeOther(f"/messages/{message_id}?did=cancelled")
-    reason = (
+        raise _done(message, "cancelled")
+    return _not_done(
+        request,
+        message,
         f"Not cancelled: the message is {message.state} "
         f"({message_view.STATE_NAMES.get(message.state, '?')}); only a waiting message "
-        "(kutmoqda) can be cancelled."
-    )
-    return render(
-        request,
-        "message.html",
-        http_status=409,
-        m=message,
-        notice=None,
-        refused=reason,
-        can_force=False,
+        "(kutmoqda) can be cancelled.",
     )
 
 
@@ -321,14 +243,14 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
             ],
             forced=force,
         )
-    chosen = _FailedFilter.read(form)
+    filters, shown = _failed_filter(form)
     selected = await run(
         request,
         ops.list_messages,
         schema=config.schema,
         state=State.FAILED,
         limit=SELECTION_LIMIT + 1,
-        **chosen.filters(),
+        **filters,
     )
     taken = selected[:SELECTION_LIMIT]
     return render(
@@ -338,7 +260,7 @@ async def replay_selection(request: web.Request) -> web.StreamResponse:
         more=len(selected) > SELECTION_LIMIT,
         with_marker=[m for m in taken if m.marker],
         ids=",".join(str(m.id) for m in taken),
-        **chosen.fields(),
+        **shown,
     )
 
 
@@ -350,19 +272,9 @@ async def static_file(request: web.Request) -> web.StreamResponse:
     return web.Response(body=body, content_type=content_type)
 
 
-_STATIC = _static_files()
-
-
-# --- the application and the server -----------------------------------------------------------
-
-
 def build_app(config: WebConfig) -> web.Application:
     app = web.Application(middlewares=[answers], client_max_size=256 * 1024)
-    app[CONFIG] = config
-    app[GUARD] = Guard(config.password, config.host)
-    app[THROTTLE] = SignInThrottle()
-    app[PROXIES] = Proxies.parse(config.trusted_proxies)
-    app[TEMPLATES] = templates()
+    install(app, config)
     app.router.add_get("/", index)
     app.router.add_get("/part/overview", overview_part)
     app.router.add_get("/part/messages/{id}", message_part)
@@ -374,8 +286,6 @@ def build_app(config: WebConfig) -> web.Application:
     app.router.add_route("*", "/login", login_page)
     app.router.add_post("/logout", logout)
     app.router.add_get("/static/{name}", static_file)
-    from outbox.web import pauses  # noqa: PLC0415 - it builds on this module's helpers
-
     pauses.add_routes(app)
     return app
 

@@ -1,18 +1,5 @@
-"""Who may use the page, and proof that a form was sent by the page itself.
-
-* The password comes from ``OUTBOX_WEB_PASSWORD`` or the file named by
-  ``OUTBOX_WEB_PASSWORD_FILE`` (``--password-file``), never from the command line. Without one
-  the page listens on loopback only.
-* Signing in gives a random session id in a cookie (HttpOnly, SameSite=Strict); scripts may send
-  ``Authorization: Bearer <password>`` instead.
-* Every form carries a token derived from the session; a POST without it, or from a page of
-  another origin (the browser's ``Origin`` header), is refused.
-* Without a password, only loopback host names are answered: a page whose name an attacker
-  points at 127.0.0.1 (DNS rebinding) is the same origin as far as the browser knows.
-* Behind a proxy named by ``--trusted-proxy``, the client is the address the proxy puts in
-  ``X-Forwarded-For`` and the scheme the one in ``X-Forwarded-Proto`` (https: the session
-  cookie is ``Secure``); from any other peer those headers are ignored, since anyone can send them.
-"""
+"""Who may use the page, and proof that a form was sent by the page itself (docs/web.md,
+"Safety", tells the operator's side)."""
 
 from __future__ import annotations
 
@@ -29,13 +16,7 @@ from urllib.parse import urlsplit
 
 from outbox.errors import ConfigError
 
-__all__ = [
-    "Guard",
-    "Proxies",
-    "check_bind",
-    "is_loopback",
-    "read_password",
-]
+__all__ = ["Guard", "Proxies", "check_bind", "is_loopback", "read_password"]
 
 SESSION_SECONDS = 12 * 3600
 MAX_SESSIONS = 1000  # the oldest sign-in is forgotten beyond this
@@ -44,16 +25,15 @@ _LOOPBACK_NAMES = {"localhost", "localhost.", "ip6-localhost"}
 
 def is_loopback(host: str) -> bool:
     name = host.strip().strip("[]").lower()
-    if name in _LOOPBACK_NAMES:
-        return True
     try:
-        return ipaddress.ip_address(name).is_loopback
+        return name in _LOOPBACK_NAMES or ipaddress.ip_address(name).is_loopback
     except ValueError:
         return False
 
 
 def read_password(file: str | None, env: Mapping[str, str] | None = None) -> str | None:
-    """The page's password from OUTBOX_WEB_PASSWORD, or from a file; None if neither is set."""
+    """The page's password from OUTBOX_WEB_PASSWORD, or from a file (never from the command
+    line); None if neither is set."""
     env = os.environ if env is None else env
     password = env.get("OUTBOX_WEB_PASSWORD", "").strip()
     path = (file or "").strip()
@@ -76,9 +56,6 @@ def check_bind(host: str, password: str | None) -> None:
         )
 
 
-_Network = ipaddress.IPv4Network | ipaddress.IPv6Network
-
-
 def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     try:
         ip = ipaddress.ip_address(text.strip().strip("[]"))
@@ -91,9 +68,9 @@ def _address(text: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
 
 @dataclass(frozen=True, slots=True)
 class Proxies:
-    """The peers whose forwarding headers are believed (none by default)."""
+    """The peers whose forwarding headers are believed (none by default: anyone can send them)."""
 
-    networks: tuple[_Network, ...] = ()
+    networks: tuple[ipaddress.IPv4Network | ipaddress.IPv6Network, ...] = ()
 
     @classmethod
     def parse(cls, text: str) -> Proxies:
@@ -129,10 +106,8 @@ class Proxies:
         return peer
 
     def https(self, peer: str | None, forwarded_proto: str | None) -> bool:
-        """Whether a trusted proxy says the browser spoke https to it."""
-        if not self.trusts(peer) or not forwarded_proto:
-            return False
-        return forwarded_proto.split(",")[0].strip().lower() == "https"
+        proto = (forwarded_proto or "").split(",")[0]
+        return self.trusts(peer) and proto.strip().lower() == "https"
 
 
 class Guard:
@@ -167,14 +142,12 @@ class Guard:
         self._sessions[session] = now + SESSION_SECONDS
         return session
 
+    # No session id is "": an absent or empty cookie is simply not one of them.
     def sign_out(self, session: str | None) -> None:
-        if session:
-            self._sessions.pop(session, None)
+        self._sessions.pop(session or "", None)
 
     def session_valid(self, session: str | None) -> bool:
-        if not session:
-            return False
-        expiry = self._sessions.get(session)
+        expiry = self._sessions.get(session or "")
         return expiry is not None and expiry > time.monotonic()
 
     def bearer_password(self, header: str | None) -> str | None:
@@ -195,7 +168,8 @@ class Guard:
         )
 
     def host_allowed(self, host_header: str | None) -> bool:
-        """Without a password, answer only to the names of this machine (DNS rebinding)."""
+        """Without a password, answer only to the names of this machine: a name an attacker points
+        at 127.0.0.1 (DNS rebinding) is the same origin as far as the browser knows."""
         if self.required:
             return True
         try:
@@ -206,11 +180,8 @@ class Guard:
 
     @staticmethod
     def origin_matches(origin: str | None, host_header: str | None) -> bool:
-        """A POST's Origin, if the browser sent one, must be this page's own host and port.
-
-        Only host and port are compared: behind a TLS proxy the page sees http while the
-        browser says https. ``null`` (a sandboxed or privacy-stripped origin) is refused.
-        """
+        """A POST's Origin, if the browser sent one, must be this page's own host and port (behind
+        a TLS proxy the page sees http while the browser says https); ``null`` is refused."""
         if origin is None:
             return True  # not a browser, or a very old one: the form token decides
         if not host_header:

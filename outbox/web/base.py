@@ -1,22 +1,20 @@
-"""What every part of the page shares: its settings, the application's keys, and rendering.
-
-Everything a template shows passes through ``redact`` first: a token-shaped string in a row
-never reaches the page.
-"""
+"""What every part of the page shares: its settings, the application's keys, the database and
+rendering (a token-shaped string in a row never reaches the page)."""
 
 from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 import jinja2
 from aiohttp import web
 from markupsafe import Markup
 
-from outbox import vocabulary
+from outbox import ops, vocabulary
 from outbox.ops.views import bots, message, status
 from outbox.ops.views._text import span, when
+from outbox.queries import Operation
 from outbox.redact import redact
 from outbox.web.auth import Guard, Proxies
 from outbox.web.throttle import SignInThrottle
@@ -30,11 +28,15 @@ __all__ = [
     "THROTTLE",
     "WebConfig",
     "error_page",
+    "install",
     "render",
+    "run",
     "templates",
 ]
 
 log = logging.getLogger("outbox.web")
+P = ParamSpec("P")
+T = TypeVar("T")
 
 SESSION_COOKIE = "outbox_session"
 # Filters offered for "failed within"; any duration typed into the URL works too.
@@ -50,11 +52,9 @@ class WebConfig:
     password: str | None = None
     lease_seconds: float = 300.0  # a claim older than this is counted as stuck
     refresh_seconds: float = 5.0  # how often the page updates its figures
-    # Peers (addresses or networks, comma-separated) whose X-Forwarded-For and
-    # X-Forwarded-Proto are believed: a TLS-terminating proxy in front of the page.
+    # Peers (addresses, networks) whose X-Forwarded-For and -Proto are believed: a TLS proxy.
     trusted_proxies: str = ""
-    # How long the answer to a wrong password is held back: one connection's guessing is
-    # slowed; the throttle (outbox.web.throttle) limits everyone's.
+    # The answer to a wrong password waits: it slows one connection; the throttle, everyone.
     wrong_password_pause: float = 1.0
 
 
@@ -65,9 +65,22 @@ THROTTLE: web.AppKey[SignInThrottle] = web.AppKey("throttle", SignInThrottle)
 PROXIES: web.AppKey[Proxies] = web.AppKey("proxies", Proxies)
 
 
+def install(app: web.Application, config: WebConfig) -> None:
+    app[CONFIG] = config
+    app[GUARD] = Guard(config.password, config.host)
+    app[THROTTLE] = SignInThrottle()
+    app[PROXIES] = Proxies.parse(config.trusted_proxies)
+    app[TEMPLATES] = templates()
+
+
+async def run(request: web.Request, op: Operation[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+    """One operation on a connection of its own, in one transaction (committed if it returns)."""
+    async with ops.connect_async(request.app[CONFIG].database_url) as conn:
+        return await op.run_async(conn, *args, **kwargs)
+
+
 def _redacted(value: Any) -> Any:
-    """Whatever the database holds, a token-shaped string never reaches the page (markup
-    from macros was built from values already passed through here)."""
+    # Markup comes from macros, built of values that already passed through here.
     if isinstance(value, str) and not isinstance(value, Markup):
         return redact(value)
     return value
@@ -105,15 +118,12 @@ def render(
 ) -> web.Response:
     guard = request.app[GUARD]
     session = request.cookies.get(SESSION_COOKIE)
-    html = (
-        request.app[TEMPLATES]
-        .get_template(template)
-        .render(
-            csrf=guard.form_token(session),
-            signed_in=guard.required and guard.session_valid(session),
-            refresh=request.app[CONFIG].refresh_seconds,
-            **context,
-        )
+    page = request.app[TEMPLATES].get_template(template)
+    html = page.render(
+        csrf=guard.form_token(session),
+        signed_in=guard.required and guard.session_valid(session),
+        refresh=request.app[CONFIG].refresh_seconds,
+        **context,
     )
     return web.Response(text=html, status=http_status, content_type="text/html", charset="utf-8")
 

@@ -1,12 +1,7 @@
-"""What every request passes on its way in and every answer on its way out.
-
-* In: the host check (DNS rebinding), the origin and form token of a POST, the sign-in (a
-  session or a bearer header, each password through the ``throttle``), and behind a trusted
-  proxy the browser's own address and scheme.
-* Out: the security headers on every answer, errors included. Input the page cannot use is a
-  400 or 404 saying why (``inputs``), the database away a 503; anything else is a fault of the
-  page, logged once with its traceback and answered with a plain error page.
-"""
+"""What every request passes on its way in and every answer on its way out: the host check (DNS
+rebinding), the origin and form token of a POST, the sign-in (each password through the
+``throttle``), a trusted proxy's word on the browser's address and scheme; the security headers
+and the error pages (docs/web.md, "Safety" and "Bad input")."""
 
 from __future__ import annotations
 
@@ -22,19 +17,12 @@ from aiohttp.http_exceptions import HttpProcessingError
 from outbox.errors import InvalidInput, NotFound, OutboxError
 from outbox.redact import redact
 from outbox.web.auth import Guard
-from outbox.web.base import (
-    CONFIG,
-    GUARD,
-    PROXIES,
-    SESSION_COOKIE,
-    THROTTLE,
-    error_page,
-    render,
-)
+from outbox.web.base import CONFIG, GUARD, PROXIES, SESSION_COOKIE, THROTTLE, error_page, render
 from outbox.web.throttle import client_key
 
 __all__ = [
     "SECURITY_HEADERS",
+    "Handler",
     "MalformedRequests",
     "answers",
     "form_text",
@@ -72,16 +60,16 @@ _NOT_MIGRATED = (
     "the database's tables are not the ones this version expects, or its role may not read "
     "them: run `outbox migrate` with this version, or check the role's grants"
 )
+_PAGE_FAULT = (
+    "The page met an error of its own; its log says what. Reload the page to see where things "
+    "stand."
+)
 
 
 @web.middleware
 async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
-    """Every answer leaves through here, errors included, and carries the security headers.
-
-    Input the page cannot use was refused before the database (``inputs``): 400 or 404. The
-    database away or not migrated: 503. Anything else is a fault of the page: logged once, a
-    plain 500 page.
-    """
+    """Input the page cannot use (``inputs``) is a 400 or 404 saying why, the database away or
+    not migrated a 503; anything else is a fault of the page: logged once, a plain 500 page."""
     try:
         request = _as_forwarded(request)
         response = await _checked(request, handler, request.app[GUARD])
@@ -93,12 +81,8 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
         title = "Not found" if status == 404 else "Not understood"
         response = error_page(request, status, title, str(err))
     except TooManyAttempts as err:
-        response = error_page(
-            request,
-            429,
-            "Too many attempts",
-            f"Too many sign-in attempts: try again in {err.seconds} s.",
-        )
+        wait = f"Too many sign-in attempts: try again in {err.seconds} s."
+        response = error_page(request, 429, "Too many attempts", wait)
         response.headers["Retry-After"] = str(err.seconds)
     except (OutboxError, psycopg.OperationalError) as err:
         # The database went away or refused: one line on the page, the details in the log.
@@ -112,20 +96,13 @@ async def answers(request: web.Request, handler: Handler) -> web.StreamResponse:
 
 
 def _fault(request: web.Request, err: Exception) -> web.Response:
-    """An error no input explains. A table or column missing, or a grant the role lacks
-    (SQLSTATE class 42): the database is not the one this version expects, which the operator
-    fixes there: 503. Anything else is a fault of the page: logged with its traceback, 500."""
+    """An error no input explains: SQLSTATE class 42 (a table, a column or a grant missing) is a
+    database this version does not expect, 503; anything else is a fault of the page, 500."""
     if isinstance(err, psycopg.ProgrammingError) and (err.sqlstate or "").startswith("42"):
         log.warning("web: the database refused a query (%s): %s", err.sqlstate, err)
         return error_page(request, 503, "Unavailable", _NOT_MIGRATED)
     log.exception("web: an unexpected error answering %s %s", request.method, request.path)
-    return error_page(
-        request,
-        500,
-        "Something went wrong",
-        "The page met an error of its own; its log says what. Reload the page to see "
-        "where things stand.",
-    )
+    return error_page(request, 500, "Something went wrong", _PAGE_FAULT)
 
 
 def _as_forwarded(request: web.Request) -> web.Request:
@@ -146,17 +123,12 @@ async def _checked(request: web.Request, handler: Handler, guard: Guard) -> web.
     given = guard.bearer_password(request.headers.get("Authorization"))
     bearer = given is not None and _password_checked(request, given)
     if request.method not in {"GET", "HEAD"} and not bearer:
-        if not guard.origin_matches(request.headers.get("Origin"), request.headers.get("Host")):
-            log.warning(
-                "web: refused a %s to %s from %s",
-                request.method,
-                request.path,
-                request.headers.get("Origin"),
-            )
+        origin = request.headers.get("Origin")
+        if not guard.origin_matches(origin, request.headers.get("Host")):
+            log.warning("web: refused a %s to %s from %s", request.method, request.path, origin)
             return _refuse(request, 403, "Refused: the form was sent from another site.")
-        form = await read_form(request)
-        session = request.cookies.get(SESSION_COOKIE)
-        if not guard.form_token_valid(session, form_text(form, "csrf")):
+        token = form_text(await read_form(request), "csrf")
+        if not guard.form_token_valid(request.cookies.get(SESSION_COOKIE), token):
             log.warning(
                 "web: refused a %s to %s without a valid form token", request.method, request.path
             )
@@ -241,8 +213,8 @@ async def logout(request: web.Request) -> web.StreamResponse:
 
 
 class MalformedRequests(logging.LoggerAdapter[logging.Logger]):
-    """aiohttp's log for requests it cannot parse (a bad request line, a header too long),
-    answered before the page sees them: one line each instead of a traceback."""
+    """aiohttp's log for requests it cannot parse (a bad request line, a header too long): one
+    line each instead of a traceback."""
 
     def exception(self, msg: object, *args: object, **kwargs: Any) -> None:
         err = kwargs.get("exc_info")

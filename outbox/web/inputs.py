@@ -31,7 +31,13 @@ MAX_SINCE_SECONDS = 10 * 365 * 86400  # "failed within" longer than ten years me
 MAX_TEXT = 500  # a key, a kind or a search; longer is a mistake or an attack
 
 
-def _usable_text(value: str, what: str) -> str:
+def field(values: Mapping[str, Any], name: str, what: str) -> str:
+    """One text field of the address or a form, stripped; '' when absent (a file sent in a
+    multipart form is not text: refused like any other wrong value)."""
+    value = values.get(name, "")
+    if not isinstance(value, str):
+        raise InvalidInput(f"the {what} must be text")
+    value = value.strip()
     if len(value) > MAX_TEXT:
         raise InvalidInput(f"the {what} is longer than {MAX_TEXT} characters")
     if "\x00" in value:
@@ -41,16 +47,6 @@ def _usable_text(value: str, what: str) -> str:
     except UnicodeEncodeError:
         raise InvalidInput(f"the {what} is not valid text (a broken character)") from None
     return value
-
-
-def field(values: Mapping[str, Any], name: str, what: str) -> str:
-    """One text field of the address or a form, stripped; '' when absent.
-
-    A file sent in a multipart form is not text: refused like any other wrong value."""
-    value = values.get(name, "")
-    if not isinstance(value, str):
-        raise InvalidInput(f"the {what} must be text")
-    return _usable_text(value.strip(), what)
 
 
 def _bigint(raw: str) -> int | None:

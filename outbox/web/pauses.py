@@ -1,16 +1,10 @@
-"""The page's pauses and batches: pause or resume a queue, a bot, a kind or a batch; a batch's
-progress and its report (CSV); cancel a whole batch.
-
-Every action is a POST through ``gate`` (sign-in, origin, form token), as replay and cancel
-are: pause and resume ask in the browser first (``data-confirm``, as cancel does); cancelling a
-batch asks on a page of its own first (as a forced replay does), since it withdraws many
-messages at once.
-"""
+"""The page's pauses and batches: pause or resume a queue, a bot, a kind or a batch (asked in
+the browser first); a batch's progress, its report (CSV), and cancelling it (asked on a page of
+its own first, as a forced replay is, since it withdraws many messages at once)."""
 
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import quote, urlencode
 
@@ -22,9 +16,8 @@ from outbox.ops.views.batch import batch_lines, report_csv
 from outbox.queries import Operation, Scope
 from outbox.queries.pause import check_batch_name
 from outbox.web import inputs
-from outbox.web.app import run
-from outbox.web.base import CONFIG, render
-from outbox.web.gate import SECURITY_HEADERS, read_form
+from outbox.web.base import CONFIG, render, run
+from outbox.web.gate import SECURITY_HEADERS, Handler, read_form
 
 __all__ = ["add_routes"]
 
@@ -33,11 +26,9 @@ log = logging.getLogger("outbox.web")
 _DONE = {"paused": "Paused", "resumed": "Resumed"}
 
 
-def _scope_action(
-    act: Operation[..., bool], did: str
-) -> Callable[[web.Request], Awaitable[web.StreamResponse]]:
-    """The handler that pauses or resumes (``act``) the scope of its form, then goes back: to
-    the batch's page for a batch, else to the front page."""
+def _scope_action(act: Operation[..., bool], did: str) -> Handler:
+    """The handler that pauses or resumes the scope of its form, then goes back to the batch's
+    page for a batch, else to the front page."""
 
     async def handler(request: web.Request) -> web.StreamResponse:
         form = await read_form(request)

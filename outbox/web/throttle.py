@@ -1,16 +1,8 @@
-"""How many wrong passwords the page listens to: per client, and from everyone together.
-
-* A client (an IP address; an IPv6 /64, which one person usually has whole) that gives
-  ``FAILURES_ALLOWED`` wrong passwords within ``WINDOW`` seconds is locked out for ``FIRST_LOCK``
-  seconds; each wrong password after that, until it signs in, locks it again for twice as long,
-  up to ``LONGEST_LOCK`` (a day without a wrong password forgets the lockouts).
-* Everyone together may give ``OVERALL_PER_SECOND`` wrong passwords a second (a bucket of that
-  many, refilled as time passes); when it is empty, every password check waits, so that many
-  addresses together guess no faster than that.
+"""How many wrong passwords the page listens to, per client and from everyone together (the
+figures: docs/web.md, "Sign-in limits"; everyone's is a bucket refilled as time passes).
 
 While locked out, the password is not even compared: the right one is refused too, so a lock
-tells a guesser nothing. A signed-in session needs no password and is never throttled. Every
-lockout is one log line, without the password; the overall cap logs at most once a minute.
+tells a guesser nothing.
 """
 
 from __future__ import annotations
@@ -46,7 +38,8 @@ _OVERALL_LOG_EVERY = 60.0
 
 
 def client_key(address: str | None) -> str:
-    """The unit of the per-client limit: the address, or its /64 for IPv6."""
+    """The unit of the per-client limit: the address, or for IPv6 its /64 (one person usually
+    has a whole one)."""
     if not address:
         return "unknown"
     try:
@@ -74,17 +67,9 @@ class SignInThrottle:
     def __init__(
         self,
         *,
-        failures_allowed: int = FAILURES_ALLOWED,
-        window: float = WINDOW,
-        first_lock: float = FIRST_LOCK,
-        longest_lock: float = LONGEST_LOCK,
         overall_per_second: float = OVERALL_PER_SECOND,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
-        self.failures_allowed = failures_allowed
-        self.window = window
-        self.first_lock = first_lock
-        self.longest_lock = longest_lock
         self.overall_per_second = overall_per_second
         self._clock = clock
         self._clients: dict[str, _Client] = {}
@@ -114,7 +99,6 @@ class SignInThrottle:
         return max(1, math.ceil((1 - self._tokens) / self.overall_per_second))
 
     def failed(self, client: str) -> None:
-        """A wrong password from ``client``: count it, and lock the client out if it is time."""
         now = self._clock()
         self._refill(now)
         self._tokens = max(self._tokens - 1, 0.0)
@@ -124,10 +108,10 @@ class SignInThrottle:
         self._clients[client] = known  # the most recently failing last: evicted last
         known.last_failure = now
         known.failures.append(now)
-        while known.failures and known.failures[0] <= now - self.window:
+        while known.failures and known.failures[0] <= now - WINDOW:
             known.failures.popleft()
-        if known.lockouts or len(known.failures) >= self.failures_allowed:
-            seconds = min(self.first_lock * 2**known.lockouts, self.longest_lock)
+        if known.lockouts or len(known.failures) >= FAILURES_ALLOWED:
+            seconds = min(FIRST_LOCK * 2**known.lockouts, LONGEST_LOCK)
             known.locked_until = now + seconds
             known.lockouts += 1
             known.failures.clear()
@@ -135,14 +119,13 @@ class SignInThrottle:
                 "web: sign-in locked for %d s for client %s after %s",
                 seconds,
                 client,
-                f"{self.failures_allowed} wrong passwords within {self.window:g} s"
+                f"{FAILURES_ALLOWED} wrong passwords within {WINDOW:g} s"
                 if known.lockouts == 1
                 else "another wrong password after a lockout",
             )
         self._forget_quiet(now)
 
     def succeeded(self, client: str) -> None:
-        """The right password: the client's count starts again."""
         self._clients.pop(client, None)
 
     def _refill(self, now: float) -> None:
@@ -156,7 +139,7 @@ class SignInThrottle:
         if len(self._clients) <= MAX_CLIENTS:
             return
         # Those quiet for a whole longest lock first, then the longest quiet (dict order).
-        quiet = now - self.longest_lock
+        quiet = now - LONGEST_LOCK
         for key, known in list(self._clients.items()):
             if known.last_failure < quiet and known.locked_until < now:
                 del self._clients[key]

@@ -22,7 +22,6 @@ def when(moment: datetime | None) -> str:
 
 
 def iso(moment: datetime | None) -> str | None:
-    """A time in a JSON document."""
     return None if moment is None else moment.isoformat()
 
 

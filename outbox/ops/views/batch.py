@@ -51,8 +51,7 @@ def batch_json(b: BatchProgress) -> dict[str, Any]:
 
 
 def batch_lines(b: BatchProgress) -> list[str]:
-    done = b.sent + b.failed
-    share = f" ({100 * done / b.total:.1f}% done)" if b.total else ""
+    share = f" ({100 * (b.sent + b.failed) / b.total:.1f}% done)" if b.total else ""
     if b.finished:
         end = f"finished {when(b.expected_end)}"
     elif b.paused:
@@ -62,33 +61,23 @@ def batch_lines(b: BatchProgress) -> list[str]:
         end = when(b.expected_end)
     else:
         end = "unknown (nothing sent in the last minute)"
-    lines = figures(
-        [
-            ("total", str(b.total), f"rows of batch {b.name}{share}"),
-            ("sent", str(b.sent), "bajarildi"),
-            (
-                "failed",
-                str(b.failed),
-                f"xato, of which {b.cancelled} cancelled by operator and {b.chat_blocked} "
-                "not sent to a blocked chat",
-            ),
-            ("sending", str(b.sending), "bajarilmoqda: claimed by a relay now"),
-            ("waiting", str(b.waiting), "kutmoqda, not paused"),
-            ("paused", str(b.paused), "kutmoqda, held by a pause"),
-            ("rate", f"{b.rate:.1f}/s", "sent per second over the last minute"),
-        ]
-        + (
-            [
-                (
-                    "paid",
-                    str(b.paid_sent),
-                    f"sent with allow_paid_broadcast, of {b.paid}: up to 0.1 Star each",
-                )
-            ]
-            if b.paid
-            else []
-        )
+    failed_note = (
+        f"xato, of which {b.cancelled} cancelled by operator and {b.chat_blocked} "
+        "not sent to a blocked chat"
     )
+    rows = [
+        ("total", str(b.total), f"rows of batch {b.name}{share}"),
+        ("sent", str(b.sent), "bajarildi"),
+        ("failed", str(b.failed), failed_note),
+        ("sending", str(b.sending), "bajarilmoqda: claimed by a relay now"),
+        ("waiting", str(b.waiting), "kutmoqda, not paused"),
+        ("paused", str(b.paused), "kutmoqda, held by a pause"),
+        ("rate", f"{b.rate:.1f}/s", "sent per second over the last minute"),
+    ]
+    if b.paid:
+        paid_note = f"sent with allow_paid_broadcast, of {b.paid}: up to 0.1 Star each"
+        rows.append(("paid", str(b.paid_sent), paid_note))
+    lines = figures(rows)
     lines.append(f"{'expected end':<13} {end}")
     if b.started is not None:
         lines.append(f"{'started':<13} {when(b.started)} (first row enqueued)")
@@ -121,7 +110,6 @@ def _is_number(text: str) -> bool:
 
 
 def report_csv(rows: Iterable[Sequence[Any]], *, header: bool = False) -> str:
-    """Lines of the batch report as CSV text (with the header line first if ``header``)."""
     buffer = io.StringIO()
     writer = csv.writer(buffer, lineterminator="\n")
     if header:

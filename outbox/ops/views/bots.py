@@ -26,7 +26,6 @@ def bot_state(bot: BotFigures) -> str:
 
 
 def bots_lines(bots: Sequence[BotFigures]) -> list[str]:
-    """Each bot's rows, lag and state (``outbox status``, after the totals)."""
     rows = [
         (
             bot.bot,
@@ -62,7 +61,6 @@ def bot_json(bot: BotFigures) -> dict[str, Any]:
 
 
 def unserved_bots_line(bots: Sequence[BotFigures]) -> str:
-    """The warning for bots whose rows wait because no live relay can send for them."""
     parts = [f"{bot.bot} ({bot.pending} pending, token {bot.token})" for bot in bots]
     return (
         f"rows wait for bots no live relay can send for: {', '.join(parts)} "

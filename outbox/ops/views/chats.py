@@ -24,7 +24,6 @@ def blocked_json(chat: BlockedChat) -> dict[str, Any]:
 
 
 def blocked_lines(chats: Sequence[BlockedChat]) -> list[str]:
-    """A table: bot, chat, since when, the row that learned it, Telegram's words."""
     rows = [
         (
             c.bot or NO_BOT,

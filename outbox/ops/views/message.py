@@ -1,9 +1,5 @@
-"""Messages as people see them: the list's table, one message in full, its JSON, what a replay
-did or why it refused, and the pieces the web page shows of a message.
-
-Fields are labelled from the one table of names (``outbox.vocabulary``) and states are the
-database's, so that what an operator reads is what they type into ``psql``.
-"""
+"""Messages as people see them, labelled as the database spells them (``outbox.vocabulary``):
+what an operator reads is what they type into ``psql``."""
 
 from __future__ import annotations
 
@@ -22,11 +18,7 @@ from outbox.states import State
 from outbox.vocabulary import entry_key, label, marker_label, payload_label
 
 __all__ = [
-    "HEADLINE",
-    "MARKER_LABEL",
-    "SHOWN_FIELDS",
     "STATE_NAMES",
-    "HistoryEntry",
     "chat_of",
     "extra_payload",
     "history",
@@ -96,18 +88,13 @@ HEADLINE = (entry_key("error"), entry_key("event"))
 WINDOW_HEADER = f"{label('earliest')}..{label('expires_at')}"
 
 
-# --- the list ------------------------------------------------------------------------------
-
-
 def queue_worth_showing(messages: Sequence[Message]) -> bool:
-    """Whether a list needs the navbat column: not when every row is in the default queue (an
-    outbox with one bot), always when a named queue is among them, even alone."""
+    """Whether a list needs the navbat column: when a named queue is among its rows, even alone."""
     return any(m.queue != DEFAULT_QUEUE for m in messages)
 
 
 def window_of(m: Message) -> str:
-    """A row's window and expiry in a few characters, relative to its keyingi_urinish (or as
-    times, when that is infinite); '-' for a row with neither."""
+    """A row's window and expiry, relative to its keyingi_urinish (times when that is infinite)."""
     if m.earliest is None and m.expires_at is None:
         return "-"
     due = m.next_attempt_at
@@ -130,35 +117,27 @@ def _kind_of(m: Message, with_method: bool) -> str:
 
 
 def messages_table(messages: Sequence[Message]) -> list[str]:
-    """The list; the optional columns (queue, method, priority, window) only when a row needs
-    one."""
+    """The list; the optional columns (queue, method, priority, window) when a row needs one."""
     with_method = any(m.method != "sendMessage" for m in messages)
-    columns: list[tuple[str, list[str], bool]] = [
-        (label("id"), [str(m.id) for m in messages], True)
-    ]
-    if queue_worth_showing(messages):
+    windowed = any(m.earliest is not None or m.expires_at is not None for m in messages)
+    # Each column: its header, its cell, whether it is right-aligned, whether it is shown.
+    columns: list[tuple[str, Callable[[Message], str], bool, bool]] = [
+        (label("id"), lambda m: str(m.id), True, True),
         # Beside the id: with several bots, which one sends a row is the first question.
-        columns.append((label("queue"), [m.queue for m in messages], False))
-    columns += [
-        (label("kind"), [_kind_of(m, with_method) for m in messages], False),
-        (label("key"), [clip(m.key, KEY_WIDTH) for m in messages], False),
-        (label("state"), [m.state for m in messages], False),
-        (label("attempts"), [str(m.attempts) for m in messages], True),
+        (label("queue"), lambda m: m.queue, False, queue_worth_showing(messages)),
+        (label("kind"), lambda m: _kind_of(m, with_method), False, True),
+        (label("key"), lambda m: clip(m.key, KEY_WIDTH), False, True),
+        (label("state"), lambda m: m.state, False, True),
+        (label("attempts"), lambda m: str(m.attempts), True, True),
+        (label("priority"), lambda m: str(m.priority), True, any(m.priority for m in messages)),
+        (label("next_attempt_at"), lambda m: when(m.next_attempt_at), False, True),
+        (WINDOW_HEADER, window_of, False, windowed),
+        (label("last_error"), lambda m: clip(m.last_error, ERROR_WIDTH), False, True),
     ]
-    if any(m.priority != 0 for m in messages):
-        columns.append((label("priority"), [str(m.priority) for m in messages], True))
-    columns.append((label("next_attempt_at"), [when(m.next_attempt_at) for m in messages], False))
-    if any(m.earliest is not None or m.expires_at is not None for m in messages):
-        columns.append((WINDOW_HEADER, [window_of(m) for m in messages], False))
-    columns.append(
-        (label("last_error"), [clip(m.last_error, ERROR_WIDTH) for m in messages], False)
-    )
-    headers = [header for header, _, _ in columns]
-    rows = list(zip(*(cells for _, cells, _ in columns), strict=True))
-    return table(headers, rows, numeric={i for i, (_, _, right) in enumerate(columns) if right})
-
-
-# --- one message -----------------------------------------------------------------------------
+    shown = [(header, cell, right) for header, cell, right, wanted in columns if wanted]
+    rows = [[cell(m) for _, cell, _ in shown] for m in messages]
+    numeric = {i for i, (_, _, right) in enumerate(shown) if right}
+    return table([header for header, _, _ in shown], rows, numeric)
 
 
 def _hold_original(h: Hold, at: str) -> str:
@@ -195,9 +174,8 @@ _HOLD_TEXT: dict[str, Callable[[Hold, str], str]] = {
 
 def hold_line(hold: Hold) -> str:
     """What holds a pending row, in words (``outbox show``, the page)."""
-    at = when(hold.at) if hold.at is not None else "-"
     shown = _HOLD_TEXT.get(hold.reason)
-    return shown(hold, at) if shown else f"{hold.reason}: {hold.detail or '-'}"
+    return shown(hold, when(hold.at)) if shown else f"{hold.reason}: {hold.detail or '-'}"
 
 
 def holds_json(holds: Sequence[Hold]) -> list[dict[str, Any]]:
@@ -206,8 +184,8 @@ def holds_json(holds: Sequence[Hold]) -> list[dict[str, Any]]:
             "reason": h.reason,
             "id": h.row_id,
             "detail": h.detail,
-            "until": iso(h.at) if h.at is not None else None,
-            "opens": iso(h.opens) if h.opens is not None else None,
+            "until": iso(h.at),
+            "opens": iso(h.opens),
             "text": hold_line(h),
         }
         for h in holds
@@ -305,9 +283,6 @@ def message_lines(m: Message) -> list[str]:
     return lines
 
 
-# --- the page's pieces of a message --------------------------------------------------------
-
-
 def chat_of(message: Message) -> str:
     payload = message.payload
     chat = payload.get("chat_id") if isinstance(payload, dict) else None
@@ -358,9 +333,6 @@ def history(message: Message) -> list[HistoryEntry]:
     return entries
 
 
-# --- replay ----------------------------------------------------------------------------------
-
-
 def replayed_line(result: ReplayResult, *, forced: bool) -> str:
     line = f"replayed message {result.id}: {State.FAILED} -> {State.PENDING}"
     if forced and result.marker is not None:
@@ -368,24 +340,18 @@ def replayed_line(result: ReplayResult, *, forced: bool) -> str:
     return line
 
 
-def unblock_command(chat: str, bot: str | None) -> str:
-    """The command line that unblocks ``chat`` for ``bot``."""
-    return f"outbox chats --unblock {chat}" + ("" if bot is None else f" --bot {bot}")
-
-
 def blocked_refusal(result: ReplayResult) -> str:
-    """Why a row of a blocked chat is not replayed, and the command that changes it."""
     assert result.blocked_chat is not None
     bot = "its bot" if result.bot is None else f"bot {result.bot}"
+    bot_option = "" if result.bot is None else f" --bot {result.bot}"
     return (
         f"chat {result.blocked_chat} blocked {bot} or removed it (Telegram said so); "
-        f"unblock it first: {unblock_command(result.blocked_chat, result.bot)}"
+        f"unblock it first: outbox chats --unblock {result.blocked_chat}{bot_option}"
     )
 
 
 def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
-    """Why a row was not replayed, in one line; ``force_hint``: name the CLI's --force (the
-    page offers its own button)."""
+    """Why a row was not replayed; ``force_hint`` names the CLI's --force (the page: a button)."""
     if result.state is None:
         return f"no outbox message with id {result.id}"
     if result.state != State.FAILED:
@@ -412,7 +378,6 @@ def replay_refusal(result: ReplayResult, *, force_hint: bool = True) -> str:
 
 
 def replay_json(results: Sequence[ReplayResult]) -> dict[str, Any]:
-    """``outbox replay --json``: what went back, what was refused and why, unknown ids."""
     return {
         "replayed": [r.id for r in results if r.replayed],
         "refused": [

@@ -26,7 +26,6 @@ def pause_json(p: Pause) -> dict[str, Any]:
 
 
 def pauses_lines(pauses: Sequence[Pause]) -> list[str]:
-    """One line per pause, for ``outbox status`` and ``outbox pauses``."""
     return [f"paused        {pause_text(p)} (since {when(p.since)})" for p in pauses]
 
 
@@ -35,7 +34,6 @@ def paid_stop_json(stop: PaidStop) -> dict[str, Any]:
 
 
 def paid_stops_lines(stops: Sequence[PaidStop]) -> list[str]:
-    """One line per bot whose paid lane Telegram's refusal stopped (``outbox pauses``)."""
     return [
         f"paid stopped  bot {s.bot} until {when(s.until)}: {s.reason} "
         f"(`outbox resume --paid {s.bot}`)"

@@ -29,7 +29,6 @@ def relay_json(relay: RelayRecord) -> dict[str, Any]:
 
 
 def relays_table(relays: Sequence[RelayRecord]) -> list[str]:
-    """One line per relay: where it runs, what it serves, whether it is alive."""
     rows = [
         (
             r.host,

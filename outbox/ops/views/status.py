@@ -1,5 +1,4 @@
-"""The queue's status as people see it: ``outbox status`` (lines, JSON, health) and the page's
-header and activity chart."""
+"""The queue's status as people see it: ``outbox status`` and the page's header and chart."""
 
 from __future__ import annotations
 
@@ -27,46 +26,31 @@ if TYPE_CHECKING:
 __all__ = [
     "CHART_HEIGHT",
     "CHART_WIDTH",
-    "Bar",
     "chart_bars",
     "health",
-    "lanes_json",
     "lanes_lines",
-    "queues_json",
-    "queues_table",
     "status_json",
     "status_lines",
-    "unserved_line",
 ]
 
 
 def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[str]:
-    def figure(name: str, n: int) -> str:
-        return f"~{n}" if name in status.estimated else str(n)
+    def counted(name: str, n: int, note: str = "") -> tuple[str, str, str]:
+        if name not in status.estimated:
+            return name, str(n), note
+        about = "about: from table statistics"
+        return name, f"~{n}", f"{note}; {about}" if note else about
 
-    about = "about: from table statistics"
-    rows = [
-        (state, figure(state, n), about if state in status.estimated else "")
-        for state, n in status.counts.items()
-    ]
-    rows += [
-        ("lag", span(status.lag_seconds), f"oldest due pending row (max {span(max_lag)})"),
-        (
-            "stuck",
-            str(status.stuck),
-            f"claims older than the {span(lease)} lease or without a claim time; "
-            "pending rows never due",
-        ),
-        (
-            "markers",
-            figure("markers", status.markers),
-            "sent markers (yuborilgan)" + (f"; {about}" if "markers" in status.estimated else ""),
-        ),
-    ]
+    rows = [counted(state, n) for state, n in status.counts.items()]
+    rows.append(("lag", span(status.lag_seconds), f"oldest due pending row (max {span(max_lag)})"))
     if status.held:  # only when some are: an outbox whose chats flow shows no such line
         note = "due pending rows waiting for an earlier message of their chat (not in the lag)"
-        after_lag = len(status.counts) + 1
-        rows.insert(after_lag, ("held", str(status.held), note))
+        rows.append(("held", str(status.held), note))
+    stuck = (
+        f"claims older than the {span(lease)} lease or without a claim time; pending rows never due"
+    )
+    rows.append(("stuck", str(status.stuck), stuck))
+    rows.append(counted("markers", status.markers, "sent markers (yuborilgan)"))
     lines = figures(rows + lanes_lines(status.lanes))
     if len(status.queues) > 1:
         lines += ["", *queues_table(status.queues)]
@@ -74,8 +58,7 @@ def status_lines(status: QueueStatus, *, lease: float, max_lag: float) -> list[s
 
 
 def lanes_lines(lanes: LaneFigures) -> list[tuple[str, str, str]]:
-    """The status's lines for priorities, windows and expiry (name, figure, note): only the
-    ones that say something, so that an outbox without lanes shows none."""
+    """Priorities, windows and expiry: only the lines that say something (none without lanes)."""
     lines = []
     if lanes.prioritised:
         per = ", ".join(f"{priority}: {n}" for priority, n in lanes.due_per_priority.items())
@@ -113,8 +96,7 @@ def lanes_json(lanes: LaneFigures) -> dict[str, Any]:
 
 
 def queues_table(queues: Mapping[str, QueueFigures]) -> list[str]:
-    """One line per queue: its rows per state, lag and stuck rows (done rows as ``-`` when the
-    outbox is too large to count them per queue)."""
+    """One line per queue (done rows as ``-`` when the outbox is too large to count them)."""
     rows = [
         (
             name,
@@ -130,30 +112,24 @@ def queues_table(queues: Mapping[str, QueueFigures]) -> list[str]:
     return table((label("queue"), *State, "lag", "stuck"), rows, numeric={1, 2, 3, 4, 5, 6})
 
 
-def queues_json(queues: Mapping[str, QueueFigures]) -> dict[str, Any]:
+def _figures_json(figures: QueueStatus | QueueFigures) -> dict[str, Any]:
+    """The figures the whole status and each of its queues share."""
     return {
-        name: {
-            label("state"): figures.counts,
-            "lag_seconds": figures.lag_seconds,
-            "stuck": figures.stuck,
-            "stuck_claims": figures.stuck_claims,
-            "never_due": figures.never_due,
-            "held": figures.held,
-        }
-        for name, figures in queues.items()
+        label("state"): figures.counts,
+        "lag_seconds": figures.lag_seconds,
+        "stuck": figures.stuck,
+        "stuck_claims": figures.stuck_claims,
+        "never_due": figures.never_due,
+        "held": figures.held,
     }
 
 
 def unserved_line(unserved: Mapping[str, int]) -> str:
-    """The warning of ``outbox status`` and the page: due rows that no live relay will send."""
     parts = [f"{due} in {name}" for name, due in unserved.items()]
     return (
         f"due rows wait and no live relay serves their queue: {', '.join(parts)} "
         "(start a relay with --queue for it; `outbox relays` lists the fleet)"
     )
-
-
-# --- health: what `outbox status` warns about, and what makes it exit 8 ----------------------
 
 
 def health(
@@ -202,8 +178,7 @@ def health(
 
 
 def _named(status: QueueStatus, names: list[str]) -> str:
-    """Which queues a problem is in (" in queue bot2"), when the status covers several: each
-    bot's relays serve their own queues, so that is where to look."""
+    """Which queues a problem is in (" in queue bot2"): each bot's relays serve their own."""
     if len(status.queues) < 2 or not names:
         return ""
     return f" in queue{'s' if len(names) > 1 else ''} {', '.join(names)}"
@@ -212,12 +187,7 @@ def _named(status: QueueStatus, names: list[str]) -> str:
 def status_json(report: StatusReport, warnings: list[str], problems: list[str]) -> dict[str, Any]:
     status = report.status
     return {
-        "holat": status.counts,
-        "lag_seconds": status.lag_seconds,
-        "stuck": status.stuck,
-        "stuck_claims": status.stuck_claims,
-        "never_due": status.never_due,
-        "held": status.held,
+        **_figures_json(status),
         "markers": status.markers,
         "estimated": list(status.estimated),
         "failed": status.counts[State.FAILED],
@@ -225,15 +195,13 @@ def status_json(report: StatusReport, warnings: list[str], problems: list[str]) 
         "problems": problems,
         "warnings": warnings,
         "unserved_queues": report.unserved,
-        "queues": queues_json(status.queues),
+        "queues": {name: _figures_json(one) for name, one in status.queues.items()},
         "lanes": lanes_json(status.lanes),
         "bots": [bot_json(b) for b in report.bots],
         "paused": [pause_json(p) for p in report.paused],
         "paid_stopped": [paid_stop_json(s) for s in report.paid_stops],
     }
 
-
-# --- the page's activity chart ---------------------------------------------------------------
 
 CHART_WIDTH = 600  # the SVG's own units; CSS scales it to the page
 CHART_HEIGHT = 100
