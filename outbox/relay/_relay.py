@@ -1,14 +1,6 @@
 """The relay: a lane per bot (sender, flood control, send pool), one claimer for them all,
 one completer, a listener and maintenance, wired so that rows flow claim -> send -> record.
-
-Nothing the relay keeps in memory is needed for correctness: a claimed row the relay never
-reports on is returned to the queue by the reaper once its lease runs out.
-
-Every service has one shape (``outbox.relay.service``): ``run()`` until ``stop()``. They stop
-in this order: the claimer stops claiming (and so no new send starts); the lanes' sends in
-flight finish within the grace period while the completer keeps writing their outcomes; the
-completer writes the rest; then the listener, maintenance and the heartbeat stop. A second
-``stop()`` cuts the grace short.
+The services and the order they stop in: docs/how-it-works.md.
 """
 
 from __future__ import annotations

@@ -1,13 +1,9 @@
 """The claimer: one loop that claims for every bot (lane) of the relay, and decides when a drain
-ends.
-
-Each round asks once which bots have work and when (``queries.bots_timing``: an index probe per
-bot and queue, so an idle bot costs the round almost nothing), then claims for each lane that
-has due work, starting one lane further on each round, so that a bot with a deep backlog takes
-its turn and no more. A lane's claims are sized to its free send slots, plus a few rows claimed
-ahead so that a slot that frees up starts its next send at once. Between rounds the claimer
-sleeps until the earliest due row, a wake-up (NOTIFY, a finished send, a written retry, a bot
-that starts serving), or the poll interval.
+ends (docs/how-it-works.md). Each round asks once which bots have work and when (an index probe
+per bot and queue: an idle bot costs the round almost nothing), then claims for each lane with
+due work, one lane further on each round, so that a bot with a deep backlog takes its turn and
+no more. A lane claims a few rows ahead of its free send slots, so that a slot that frees up
+starts its next send at once.
 """
 
 from __future__ import annotations
@@ -16,7 +12,6 @@ import asyncio
 import contextlib
 import logging
 import math
-from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -79,10 +74,8 @@ class LaneClaim:
         stopping: asyncio.Event,
         takes_unnamed_rows: bool,
         reach: TelegramReach | None = None,
-        held: Callable[[], Collection[int]] = held_in_this_process,
     ) -> None:
         self._store = store
-        self._held = held  # the claimed rows this process holds (the claims' holder)
         self._config = config
         self._flood = flood
         self._reach = reach
@@ -124,12 +117,9 @@ class LaneClaim:
         paused = self._flood.paused_for(now)
         if paused > 0:
             return ClaimPlan(0, paused)  # flood control: nothing until the pause ends
-        if self.cut_off:
-            # Telegram cannot be reached: nothing until the probe finds it (and wakes us).
-            return ClaimPlan(0, config.poll_interval)
-        if free >= min_claim:
-            return ClaimPlan(min(free, config.batch_size), config.poll_interval)
-        return ClaimPlan(0, config.poll_interval)
+        # Telegram cannot be reached (cut_off): nothing until the probe finds it and wakes us.
+        want = 0 if self.cut_off or free < min_claim else min(free, config.batch_size)
+        return ClaimPlan(want, config.poll_interval)
 
     @property
     def cut_off(self) -> bool:
@@ -220,14 +210,14 @@ class LaneClaim:
 
     async def _release_unheard(self, conn: queries.AsyncConn) -> None:
         """The last claim's answer was lost (the link went silent): rows it may have claimed
-        go back to the queue now, not after the lease.
-
-        Claims are held by the process: another relay in the same process whose claim is on
-        its way back at this very moment could lose a row of it (its send then goes out, its
-        outcome is discarded, and the row is sent again). ``outbox relay`` runs one relay per
-        process."""
+        go back to the queue now, not after the lease. Claims are held by the process: another
+        relay of the process whose claim is on its way back now could lose a row of it (sent
+        again), so ``outbox relay`` runs one relay per process."""
         released = await queries.release_unheard_claims(
-            conn, schema=self._config.schema, holder=queries.claim_holder(), held=self._held()
+            conn,
+            schema=self._config.schema,
+            holder=queries.claim_holder(),
+            held=held_in_this_process(),
         )
         self._unheard = False
         if released:

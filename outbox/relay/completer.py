@@ -66,11 +66,6 @@ class Completer:
     # --- what the sends and the claimer see ------------------------------------------------
 
     @property
-    def written(self) -> int:
-        """Outcomes written (or given up) so far: the claimer paces its claims by this."""
-        return self._written
-
-    @property
     def unwritten(self) -> int:
         return self._recorded - self._written
 
@@ -127,19 +122,13 @@ class Completer:
                 try:
                     await self._store.run(self._write_waiting)
                 except DatabaseLost:
-                    # _write put back what it did not write.
+                    # _write_waiting put back what it did not write.
                     if self._stopping.is_set() and self._past_final_write_deadline():
                         self._give_up()
                         return
-                    continue
 
     async def _write_waiting(self, conn: psycopg.AsyncConnection[Any]) -> None:
         batch, self._pending = self._pending, []
-        await self._write(conn, batch)
-
-    async def _write(
-        self, conn: psycopg.AsyncConnection[Any], batch: list[queries.Outcome]
-    ) -> None:
         try:
             applied = await queries.record_outcomes(conn, batch, schema=self._schema)
         except DB_LOST:

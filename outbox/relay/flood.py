@@ -29,8 +29,7 @@ _NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is 
 
 
 class FloodControl:
-    """The bot's pause, owned here: while it lasts, claims wait and no send goes out
-    (``paused_for``, ``resume_at``).
+    """The bot's pause, owned here: while it lasts, claims wait and no send goes out.
 
     A 429 pauses this relay at once, and ``run()`` writes it to the bot's state row on
     ``store`` (the relay's record connection) right away, where the other relays read it; a
@@ -50,11 +49,6 @@ class FloodControl:
         # Telegram refused a paid broadcast (Stars balance, audience): Telegram's words, until
         # the bot's paid lane is stopped in its state row; meanwhile this relay holds it.
         self._paid_refusal: str | None = None
-
-    @property
-    def resume_at(self) -> float:
-        """The loop time the bot may send again (in the past when it is not paused)."""
-        return self._paused_until
 
     def paused_for(self, now: float) -> float:
         return max(0.0, self._paused_until - now)
@@ -115,7 +109,11 @@ class FloodControl:
         while self._to_announce and store is not None:
             seconds, self._to_announce = self._to_announce, 0.0
             try:
-                await store.run(functools.partial(self._write, seconds=seconds))
+                await store.run(
+                    functools.partial(
+                        queries.announce_pause, seconds=seconds, schema=self._schema, bot=self.bot
+                    )
+                )
             except (psycopg.Error, OutboxError) as err:
                 # Best effort: the other relays find out from Telegram instead, a 429 each.
                 log.warning("could not tell the other relays about flood control: %s", err)
@@ -141,6 +139,3 @@ class FloodControl:
                 self.bot,
                 reason,
             )
-
-    async def _write(self, conn: queries.AsyncConn, *, seconds: float) -> None:
-        await queries.announce_pause(conn, seconds, schema=self._schema, bot=self.bot)

@@ -1,18 +1,7 @@
-"""What a relay answers on ``/healthz`` and ``/readyz``: whether it is alive, and whether it
-is claiming now.
-
-Alive (``/healthz``, and the systemd watchdog) means the relay's own loop runs: its heartbeat
-tried the database within ``live_after`` seconds, whatever the answer, and nothing fatal stops
-it. An outage of the database or of Telegram is not a reason to restart a relay (a restart
-brings neither back, and the relay rides it out by itself), so a liveness probe does not fail
-for one. Ready (``/readyz``) means it can work and claims: the database answers its heartbeat
-(one that fails makes it not ready at once; one that hangs after ``stale_after`` seconds
-without a success), the Bot API accepted the token, the claim loop runs, it is not stopping,
-and it is not held back by Telegram's flood control or by a Bot API that none of its bots can
-reach (``outbox.relay.reach``).
-
-The relay's event loop writes these facts; the metrics thread reads them. Each is one
-attribute assignment, so a reader sees either the old fact or the new one.
+"""What a relay answers on ``/healthz`` (alive: its heartbeat's loop runs; an outage of the
+database or of Telegram is no reason for a restart) and ``/readyz`` (it claims now), as
+docs/operations.md says. The relay's event loop writes these facts and the metrics thread
+reads them: each is one attribute assignment, so a reader sees the old fact or the new one.
 """
 
 from __future__ import annotations

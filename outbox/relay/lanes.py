@@ -1,21 +1,14 @@
-"""The relay's bots: a lane per bot, made and retired as the relay's source of bots changes.
-
-Each lane has its own sender, flood control, send pool and claim (``outbox.relay.claimer``)
-against the bot's budget in ``bot_holati``; the lanes share the relay's connections, completer
-and maintenance, so a relay keeps as many connections with a thousand bots as with one. The
-bots come from a token (``TELEGRAM_BOT_TOKEN``: a set of one bot, whose lane also takes the rows
-that name no bot) or a folder of tokens (``--tokens-dir``, read again while the relay runs).
-
-A token Telegram rejects (401) stops its lane alone: its claimed rows go back untouched, and the
-register says so (``relaylar.rad_botlar``) until its file holds a new token. A relay with no
-lane left stops with one line.
+"""The relay's bots: a lane per bot (docs/many-bots.md), made and retired as the relay's source
+of bots changes. The lanes share the relay's connections and completer, so a relay keeps as
+many connections with a thousand bots as with one. A token Telegram rejects (401) stops its
+lane alone; a relay with no lane left stops with one line.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Protocol, runtime_checkable
@@ -205,9 +198,16 @@ class Lanes:
         return f"bots {shown}" + (f" and {len(bots) - 3} more" if len(bots) > 3 else "")
 
     async def _probe(self) -> bool:
-        """Whether the Bot API answers a serving bot's getMe (none serving: nothing to ask)."""
+        """Whether the Bot API answers a serving bot's getMe (any answer, an error too). None
+        serving: nothing to ask; a sender that cannot probe lets its next sends find out."""
         serving = self.serving()
-        return await _prober(serving[0].sender)() if serving else True
+        if not serving or not isinstance(sender := serving[0].sender, Prober):
+            return True
+        try:
+            await sender.probe()
+        except Exception as err:  # noqa: BLE001 - every failure is classified in one place
+            return classify(err, "getMe").answered
+        return True
 
     @property
     def starting(self) -> bool:
@@ -248,13 +248,11 @@ class Lanes:
         stopping = asyncio.Event()
         sender = self.source.sender(bot, token)
         flood = FloodControl(schema=config.schema, bot=bot, store=self._record_store)
-        holder: list[Lane] = []
         reach = self.reach
 
         def rejected(err: TelegramUnauthorized) -> None:
             del err  # the lane says its own
-            if holder:
-                self._reject(holder[0])
+            self._reject(lane)  # made below, before any send
 
         pool = SendPool(
             sender,
@@ -281,7 +279,6 @@ class Lanes:
             reach=reach,
         )
         lane = Lane(bot, token, sender, flood, reach, pool, claim, stopping)
-        holder.append(lane)
         lane.tasks = [
             asyncio.create_task(self._start(lane), name=f"outbox-bot-{bot}-start"),
             asyncio.create_task(flood.run(), name=f"outbox-bot-{bot}-flood"),
@@ -365,9 +362,6 @@ class Lanes:
         """Let every lane's sends end within ``grace`` (``--once``), and tell their pauses."""
         lanes = list(self.lanes.values())
         await asyncio.gather(*(lane.pool.finish(grace, asyncio.Event()) for lane in lanes))
-        await self.announce()
-
-    async def announce(self) -> None:
         for lane in self._all():
             await lane.flood.announce()
 
@@ -392,19 +386,3 @@ class Lanes:
         for bot in list(self.lanes):
             self._retire(self.lanes.pop(bot))
         await asyncio.gather(*self._retiring.values(), return_exceptions=True)
-
-
-def _prober(sender: Sender) -> Callable[[], Awaitable[bool]]:
-    """Whether the Bot API answers ``sender``'s getMe (any answer, an error too). A sender
-    that cannot probe lets its next sends find out."""
-
-    async def probe() -> bool:
-        if not isinstance(sender, Prober):
-            return True
-        try:
-            await sender.probe()
-        except Exception as err:  # noqa: BLE001 - every failure is classified in one place
-            return classify(err, "getMe").answered
-        return True
-
-    return probe

@@ -1,14 +1,10 @@
 """Whether this relay can reach the Bot API: a pause of its own, apart from Telegram's flood
-pause (shared by a bot's relays) and an operator's pause (in the database).
+pause (shared by a bot's relays) and an operator's pause (docs/operations.md, network cuts).
 
 A send that could not connect (``FailureKind.UNREACHABLE``) is the relay's problem, not its
-message's: the row goes back keeping its place and its attempts, and the sends of the relay's
-bots stop in this relay only (another relay may reach Telegram well). The bots of a relay share
-one Bot API and one HTTP pool, so one reach serves them all: a cut is said once and probed once
-however many bots the relay serves. One probe at a time (``getMe``), spaced by a backoff that
-grows to ``PROBE_MAX_DELAY``, finds when Telegram answers again; then the claimer is woken and
-sending resumes. The log says it once, sums up now and then, and says when it ends: how long,
-and how many rows went back.
+message's: the row goes back keeping its place and its attempts, and the relay's bots stop
+sending in this relay only (another relay may reach Telegram well) until a ``getMe`` probe,
+one at a time, is answered.
 """
 
 from __future__ import annotations
@@ -53,13 +49,11 @@ class TelegramReach:
         *,
         on_change: Callable[[], None],
         wakeup: asyncio.Event,
-        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self._bots = bots
         self._probe = probe
         self._on_change = on_change
         self._wakeup = wakeup  # the claimer's: the bot may send again
-        self._clock = clock
         self.down = False
         self.reason = ""
         self._since = 0.0
@@ -76,7 +70,7 @@ class TelegramReach:
         """A send could not connect: pause the sends and start probing."""
         if self.down:
             return
-        self.down, self.reason, self._since = True, reason, self._clock()
+        self.down, self.reason, self._since = True, reason, time.monotonic()
         self._handed_back = self._retried = 0
         log.warning("cannot reach Telegram for %s: %s; pausing sends", self.bots, reason)
         self._lost.set()
@@ -118,7 +112,7 @@ class TelegramReach:
             if await self._probe():
                 self._resumed(probes)
                 return
-            now = self._clock()
+            now = time.monotonic()
             if now >= next_summary:
                 summary_every = min(summary_every * 2, _SUMMARY_MAX)
                 next_summary = now + summary_every
@@ -138,7 +132,7 @@ class TelegramReach:
             "Telegram answers again for %s after %.0f s (%d probes); %d rows were handed "
             "back unsent, %d retried (sent as it began: maybe delivered); sending resumes",
             self.bots,
-            self._clock() - self._since,
+            time.monotonic() - self._since,
             probes,
             self._handed_back,
             self._retried,

@@ -1,12 +1,9 @@
 """The send pool: claimed rows wait for a worker and for the moment their claim reserved,
 are sent, and their outcome (classified in one place, ``outbox.classify``) goes to the
-completer.
-
-The bot's budget and each chat's spacing are the database's, kept by the claim for the whole
-fleet (``outbox.queries.claim_due``): each row comes with the moment it may go. The pool keeps
-no limits of its own; it sends each row at its moment or not at all. A row that cannot go then
-(it waited for a worker, the event loop was busy, flood control began) goes back to the
-queue without spending an attempt, and its next claim gives it a new moment.
+completer. The pool keeps no limits of its own (the claim keeps them for the whole fleet): it
+sends each row at its moment or not at all. A row that cannot go then (it waited for a worker,
+the event loop was busy, flood control began) goes back to the queue without spending an
+attempt, and its next claim gives it a new moment.
 """
 
 from __future__ import annotations
@@ -136,7 +133,7 @@ class SendPool:
         # Database ids of the claimed rows taken on and not done with (outcome not written).
         self.held_ids: set[int] = set()
         _POOLS.add(self)
-        self._deferred_until = 0.0  # loop time when the last row handed back is due
+        self.deferred_until = 0.0  # loop time when the last row handed back falls due
         self.finished = 0  # rows taken on and done with (the pace its workers free up)
 
     @property
@@ -144,18 +141,10 @@ class SendPool:
         """Claimed rows held: waiting for a worker, sending, or waiting for their write."""
         return self._workers.held
 
-    @property
-    def deferred_until(self) -> float:
-        """When the last row this pool handed back falls due (loop time)."""
-        return self._deferred_until
-
     def start(self, rows: list[queries.ClaimedRow], checked_at: float) -> None:
-        """Take claimed rows on; each goes at its moment, once a worker is free.
-
-        ``checked_at``: the event loop's time when the rows were known to be claimed (their
-        claim just returned). Loop times are seconds of ``loop.time()``; the rows' own
-        ``claimed_at`` is the database's time of the claim, used only to fence the write.
-        """
+        """Take claimed rows on; each goes at its moment, once a worker is free. ``checked_at``:
+        the loop time their claim returned (the rows' ``claimed_at``, the database's time, only
+        fences the write)."""
         self.held_ids.update(row.id for row in rows)
         self._workers.give(rows, checked_at)
 
@@ -360,10 +349,8 @@ class SendPool:
 
     def _held_by_flood_control(self, row: queries.ClaimedRow) -> bool:
         """While the bot is paused nothing goes out: the row goes back to the queue, due when
-        the pause ends, and its next claim gives it a new moment. True if it went back.
-
-        While this relay cannot reach Telegram, the row goes back keeping its
-        place: the lane claims nothing until a probe finds Telegram again."""
+        the pause ends (while this relay cannot reach Telegram, keeping its place). True if it
+        went back."""
         if self._reach is not None and self._reach.down:
             self._reach.handed_back()
             self._total.deferred += 1
@@ -459,7 +446,7 @@ class SendPool:
         """Back to the queue without spending an attempt, due in ``delay`` seconds."""
         now = asyncio.get_running_loop().time()
         self._total.deferred += 1
-        self._deferred_until = max(self._deferred_until, now + delay)
+        self.deferred_until = max(self.deferred_until, now + delay)
         self._apply(row, hand_back(now, self._facts_of(row), delay))
 
     def _keep_facts(self, row: queries.ClaimedRow, checked_at: float) -> None:

@@ -1,10 +1,6 @@
 """The one shape of the relay's services: ``run()`` works until ``stop()``, then winds down and
-returns; ``stop()`` only asks, returns at once, and may be asked again.
-
-``Relay`` starts each service's ``run()`` in a task and stops them in the order its diagram
-draws (``outbox.relay._relay``); nothing is cancelled from outside. A service that has a way
-to wind down faster (the send pool's grace, the completer's final-write patience) also has
-``hurry()``: a second stop.
+returns; ``stop()`` only asks, returns at once, and may be asked again. Nothing is cancelled
+from outside; a service that can wind down faster also has ``hurry()``: a second stop.
 """
 
 from __future__ import annotations

@@ -5,10 +5,11 @@ version) still stop it at once."""
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections.abc import Awaitable, Callable
+
+from outbox.relay.service import wait_for_stop
 
 __all__ = ["wait_until_reachable"]
 
@@ -48,8 +49,6 @@ async def wait_until_reachable(
             if since is not None:
                 log.info("%s is reachable after %.0f s", what, time.monotonic() - since)
             return True
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(stopping.wait(), delay)
-        if stopping.is_set():
+        if await wait_for_stop(stopping, delay):
             return False
         delay = min(delay * 2, _MAX_DELAY)

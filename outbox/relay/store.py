@@ -1,20 +1,12 @@
 """One store per relay connection: it owns the connection and is the one place that deals
-with a database that went away or cannot be used.
+with a database that went away or cannot be used (docs/operations.md, database outages).
 
-A database can fail a relay in two ways that look alike from here: the connect fails, or the
-connect succeeds and the first statement fails (PostgreSQL down behind PgBouncer, which still
-takes the login; a read-only database, such as a standby the relay was left on after a
-failover). Either way the store drops the connection, and its next connect waits out a backoff
-that grows with each failure in a row (with jitter, capped near a second so that delivery
-resumes within about a second of the database being usable again); a statement that succeeds
-ends the run of failures. The log says the cause once, a summary now and then, and the
-recovery (``OutageLog``, shared by a relay's stores).
-
-A server that takes the connection but never answers (a hung PgBouncer, a primary whose commit
-waits for a synchronous standby that is gone) or a link that drops packets is bounded by the
-relay's own clock, not the kernel's: a step that gets no answer for ``ANSWER_TIMEOUT`` seconds
-has its connection cut (the socket is shut down, so that psycopg's wait ends at once without
-a cancel request that would wait on the same silence) and counts as a lost connection.
+A failed connect and a first statement that fails (PostgreSQL down behind PgBouncer, which
+still takes the login; a read-only standby after a failover) are handled alike: the connection
+is dropped and the next connect waits out a backoff, capped near a second so that delivery
+resumes within about a second of the database being usable again. A step that gets no answer
+for ``ANSWER_TIMEOUT`` seconds (a hung server, a silent link) has its connection cut by the
+relay's own clock, not the kernel's.
 """
 
 from __future__ import annotations

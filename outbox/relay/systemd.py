@@ -17,15 +17,11 @@ __all__ = ["SystemdNotifier"]
 
 
 class SystemdNotifier:
-    def __init__(self, address: str | None = None) -> None:
-        address = os.environ.get("NOTIFY_SOCKET", "") if address is None else address
+    def __init__(self) -> None:
+        address = os.environ.get("NOTIFY_SOCKET", "")
         # "@name" is a socket in the abstract namespace: a leading NUL byte.
         self._address = "\0" + address[1:] if address.startswith("@") else address
         self._ready = False
-
-    @property
-    def enabled(self) -> bool:
-        return bool(self._address)
 
     def ready(self) -> None:
         """Tell systemd the relay has started (the first time only)."""

@@ -1,11 +1,6 @@
-"""A folder of bot tokens (``outbox relay --tokens-dir``): one token per file, read again when a
-file is added, replaced or removed, so that a running relay gains and loses bots.
-
-The folder is polled: each look lists it and compares every file's modification time and size
-with the last look, and reads only the files that changed. A file whose name starts with a dot
-or ends with ``~`` (an editor's temporary copy) is not a token. A file that cannot be read, or
-holds no token, gets one log line naming the file (again only once it changes); the token
-itself is never logged, only the bot's public id.
+"""A folder of bot tokens (``outbox relay --tokens-dir``, docs/many-bots.md): one token per
+file. Each look lists the folder and reads only the files whose modification time or size
+changed since the last; the token itself is never logged, only the bot's public id.
 """
 
 from __future__ import annotations

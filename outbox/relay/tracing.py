@@ -1,15 +1,6 @@
-"""The relay's spans: one for each send of a row, in the trace of the request that enqueued it.
-
-A send's span is a child of the trace context kept with the row (``outbox.tracing``): the app's
-request, the relay's send and, if the host instruments its HTTP client, the call to Telegram
-are one trace. A row enqueued without one starts a trace of its own. Each attempt is a span
-of its own, a sibling of the earlier attempts under the enqueuing span, with its number: the
-first attempt's span is not known to a later claim (which may be another relay's), and
-writing it back on every failure would cost the hot path a column for a link.
-
-Spans are made only when the relay was given a tracer provider, or the process has one set
-(by the host app, or by ``outbox relay`` from ``OTEL_*`` variables); otherwise the send pool
-holds no tracer and pays one ``is None`` test a row.
+"""The relay's spans: one for each send of a row, a child of the trace context kept with the
+row (docs/operations.md, tracing). Without a tracer provider (given, or the process's own) the
+send pool holds no tracer and pays one ``is None`` test a row.
 """
 
 from __future__ import annotations
