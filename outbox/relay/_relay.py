@@ -39,10 +39,8 @@ class Relay:
     sender (one token: a set of one bot) or a source of bots (``outbox.relay.lanes``: a folder
     of tokens); the relay serves each bot in a lane of its own.
 
-    Each send is a span in the trace of the request that enqueued the row
-    (``outbox.relay.tracing``), made by ``tracer_provider`` (an OpenTelemetry
-    ``TracerProvider``) or, without one, by the process's provider if the host set one; with
-    neither, no span is made.
+    Each send is a span (``outbox.relay.tracing``) made by ``tracer_provider`` (an
+    OpenTelemetry ``TracerProvider``) or, without one, by the process's provider, if set.
     """
 
     def __init__(
@@ -71,9 +69,8 @@ class Relay:
 
         self._claim_store, self._record_store = store("claim"), store("record")
         self._heartbeat_store = store("heartbeat")
-        # /healthz and /readyz (outbox.metrics); the heartbeat is its probe of the database.
-        # Alive while the heartbeat's loop goes round: a try may take a connect timeout and an
-        # answer timeout before it gives up, and an outage is no reason for a restart.
+        # /healthz and /readyz (outbox.metrics); the heartbeat is its probe of the database,
+        # alive while its loop goes round (LIVE_AFTER says how long a try may take).
         self.health = Health(
             stale_after=2 * config.heartbeat_interval,
             live_after=max(LIVE_AFTER, 3 * config.heartbeat_interval),
@@ -183,10 +180,8 @@ class Relay:
         )
 
     def stop(self) -> None:
-        """Ask the relay to stop: no new claims; in-flight sends get the grace period.
-
-        Asked again, it stops at once: sends still running are cut off.
-        """
+        """Ask the relay to stop: no new claims; in-flight sends get the grace period. Asked
+        again, it stops at once: sends still running are cut off."""
         if self._stopping.is_set():
             self.lanes.hurry()
             self.completer.hurry()

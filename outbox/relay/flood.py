@@ -1,10 +1,9 @@
 """Flood control: Telegram's 429 pauses the whole bot, in this relay and in the others.
 
-The pause is shared through the bot's state row (``bot_holati.pauza_tugashi``), written
-only by the outbox's own code; every relay reads it when it claims, ``--poll-only`` ones too.
-NOTIFY on the pause channel only wakes the listening relays so that they read it at once: its
-payload is never believed, so whoever can connect cannot pause the bot with a forged one.
-Pauses are capped at ``MAX_FLOOD_PAUSE`` (10 minutes), Telegram's ``retry_after`` included.
+The pause is shared through the bot's state row (``bot_holati.pauza_tugashi``), which every
+relay reads when it claims. NOTIFY on the pause channel only wakes the listening relays so that
+they read it at once: its payload is never believed, so whoever can connect cannot pause the
+bot with a forged one. Pauses are capped at ``MAX_FLOOD_PAUSE``, ``retry_after`` included.
 """
 
 from __future__ import annotations
@@ -29,13 +28,9 @@ _NEWS = 0.5  # seconds: a pause read back this much longer than the one kept is 
 
 
 class FloodControl:
-    """The bot's pause, owned here: while it lasts, claims wait and no send goes out.
-
-    A 429 pauses this relay at once, and ``run()`` writes it to the bot's state row on
-    ``store`` (the relay's record connection) right away, where the other relays read it; a
-    pause read there pauses this relay too. Without a store (one relay alone, in tests) nobody
-    is told.
-    """
+    """The bot's pause: while it lasts, claims wait and no send goes out. A 429 pauses this
+    relay at once, and ``run()`` writes it to the bot's state row on ``store`` (without one, in
+    tests, nobody is told); a pause read there pauses this relay too."""
 
     def __init__(self, *, schema: str, bot: str = DEFAULT_BOT, store: Store | None = None) -> None:
         self.name = "flood control"

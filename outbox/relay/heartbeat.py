@@ -1,10 +1,7 @@
 """The relay's row in the fleet's register (``relaylar``): written at start, refreshed by a
-heartbeat, deleted on a clean stop.
-
-The heartbeat runs on a connection of its own (a ``Store``, so a lost database is handled the
-way every relay connection handles it) and is the health check's probe of the database. A
-relay killed without a word leaves its row: readers call it gone after a few missed beats, and
-maintenance deletes it later.
+heartbeat on a connection of its own (the health check's probe of the database), deleted on a
+clean stop. A relay killed without a word leaves its row: readers call it gone after a few
+missed beats, and maintenance deletes it later.
 """
 
 from __future__ import annotations

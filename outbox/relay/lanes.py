@@ -54,13 +54,12 @@ class GivenBots:
     """Bots whose senders the relay is given (the token of ``TELEGRAM_BOT_TOKEN``, or a test's
     senders). A relay given a single token also sends the rows that name no bot."""
 
-    def __init__(self, senders: Sequence[Sender], label: str = "TELEGRAM_BOT_TOKEN") -> None:
+    def __init__(self, senders: Sequence[Sender]) -> None:
         self._senders = {sender.bot_id: sender for sender in senders}
-        self._label = label
         self.takes_unnamed_rows = len(self._senders) == 1
 
     def look(self) -> dict[str, BotToken]:
-        return {bot: BotToken(bot, self._label) for bot in self._senders}
+        return {bot: BotToken(bot, "TELEGRAM_BOT_TOKEN") for bot in self._senders}
 
     def sender(self, bot: str, token: BotToken) -> Sender:
         del token  # the sender holds its own
@@ -109,7 +108,6 @@ class Lane:
     token: BotToken
     sender: Sender
     flood: FloodControl
-    reach: TelegramReach
     pool: SendPool
     claim: LaneClaim
     stopping: asyncio.Event  # no new claims or sends for this bot
@@ -248,7 +246,6 @@ class Lanes:
         stopping = asyncio.Event()
         sender = self.source.sender(bot, token)
         flood = FloodControl(schema=config.schema, bot=bot, store=self._record_store)
-        reach = self.reach
 
         def rejected(err: TelegramUnauthorized) -> None:
             del err  # the lane says its own
@@ -267,7 +264,7 @@ class Lanes:
             on_unauthorized=rejected,
             wakeup=self._wakeup,
             tracer=send_tracer(self._tracer_provider, bot),
-            reach=reach,
+            reach=self.reach,
         )
         claim = LaneClaim(
             self._claim_store,
@@ -276,9 +273,9 @@ class Lanes:
             total=self._total,
             stopping=stopping,
             takes_unnamed_rows=self.source.takes_unnamed_rows,
-            reach=reach,
+            reach=self.reach,
         )
-        lane = Lane(bot, token, sender, flood, reach, pool, claim, stopping)
+        lane = Lane(bot, token, sender, flood, pool, claim, stopping)
         lane.tasks = [
             asyncio.create_task(self._start(lane), name=f"outbox-bot-{bot}-start"),
             asyncio.create_task(flood.run(), name=f"outbox-bot-{bot}-flood"),

@@ -112,23 +112,16 @@ class Maintenance:
         self._wakeup = wakeup  # the claimer's: reaped rows are due
         self._stop = asyncio.Event()
 
-    async def run_once(self) -> Reaped | None:
-        """One round; None if another relay holds the lock (it does the round).
-        ``DatabaseLost`` if the database cannot be used now."""
-        return await self._store.run(self._round)
-
-    async def _round(self, conn: AsyncConn) -> Reaped | None:
+    async def _round(self, conn: AsyncConn) -> None:
         # A round takes well under a second; one that sits idle much longer inside its
         # transaction belongs to a hung relay, and the server ends it.
         idle_limit = max(2.0, min(30.0, self._interval))
-        reaped: Reaped | None = None
         async with conn.transaction():
-            if await queries.try_maintenance_lock(
+            if not await queries.try_maintenance_lock(
                 conn, schema=self._reaper.schema, idle_seconds=idle_limit
             ):
-                reaped = await self._reaper.run_once(conn)
-        if reaped is None:
-            return None
+                return  # another relay holds the lock: it does the round
+            reaped = await self._reaper.run_once(conn)
         if reaped:
             log.warning(
                 "reaper: expired claims: %d back to kutmoqda, %d to xato",
@@ -145,7 +138,6 @@ class Maintenance:
                     pruned.done_rows,
                     pruned.markers,
                 )
-        return reaped
 
     def _between_batches(self, _deleted: int) -> None:
         self._store.answered()  # a long retention is progress, not silence
@@ -158,7 +150,7 @@ class Maintenance:
             while not self._stop.is_set():
                 wait = self._interval
                 try:
-                    await self.run_once()
+                    await self._store.run(self._round)
                 except DatabaseLost:
                     wait = min(wait, _AGAIN_AFTER_LOST)  # said by the store; connect again
                 except _StopAsked:

@@ -85,11 +85,8 @@ _CUT_OFF = Failure(
 
 class SendPool:
     """At most ``concurrency`` sends at once; each keeps its worker until its outcome is
-    written.
-
-    ``limits`` are the claim's (``claimer.fleet_limits``): with any of them on, each row has a
-    moment reserved for it, and goes then or goes back.
-    """
+    written. With any of the claim's ``limits`` (``claimer.fleet_limits``) on, each row has a
+    moment reserved for it, and goes then or goes back."""
 
     def __init__(
         self,

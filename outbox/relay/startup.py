@@ -27,10 +27,8 @@ async def wait_until_reachable(
     unreachable: type[Exception],
     stopping: asyncio.Event,
 ) -> bool:
-    """Run ``attempt`` until it does not raise ``unreachable``, waiting longer each time.
-
-    True once it succeeds; False if the relay was stopped meanwhile. Other errors propagate.
-    """
+    """Run ``attempt`` until it does not raise ``unreachable``, waiting longer each time: True
+    once it succeeds, False if the relay was stopped meanwhile. Other errors propagate."""
     delay = _FIRST_DELAY
     since: float | None = None
     said_at = 0.0

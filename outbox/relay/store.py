@@ -187,10 +187,10 @@ class Store:
         *,
         prepare: bool = True,
         outage: OutageLog | None = None,
-        answer_timeout: float | None = ANSWER_TIMEOUT,
+        answer_timeout: float = ANSWER_TIMEOUT,
     ) -> None:
         self._url = url
-        self._answer_timeout = answer_timeout  # None: the kernel's keepalives only
+        self._answer_timeout = answer_timeout
         self._prepare = prepare
         self.name = name
         self._stopping = stopping
@@ -230,7 +230,7 @@ class Store:
             watch: _Watch | None = None
             try:
                 conn = await self._connection()
-                if self._answer_timeout is not None and bounded:
+                if bounded:
                     watch = self._watch(conn)
                 result = await step(conn)
             except (*DB_LOST, OutboxError) as err:
@@ -256,7 +256,6 @@ class Store:
             watch.heard()
 
     def _watch(self, conn: psycopg.AsyncConnection[Any]) -> _Watch:
-        assert self._answer_timeout is not None
         watch = _Watch(self._answer_timeout, lambda: self._cut_off(conn))
         self._watches.add(watch)
         return watch

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 
 __all__ = ["RelaySnapshot", "RunSummary"]
 
@@ -27,9 +27,7 @@ class RunSummary:
             setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
 
     def copy(self) -> RunSummary:
-        copied = RunSummary()
-        copied.add(self)
-        return copied
+        return replace(self)
 
     def since(self, before: RunSummary) -> RunSummary:
         """What was added to these totals after ``before`` was copied from them."""

@@ -1,10 +1,6 @@
-"""systemd's notify protocol, for a relay run as a ``Type=notify`` service with ``WatchdogSec=``.
-
-``READY=1`` once the relay first wrote its heartbeat; ``WATCHDOG=1`` each time its heartbeat's
-loop goes round while it is alive (what ``/healthz`` answers 200 to), answered or not, so that
-systemd restarts a relay that hangs for longer than ``WatchdogSec`` and not one that rides out
-a database outage; ``STOPPING=1`` when it stops.
-Outside systemd (no ``NOTIFY_SOCKET``) every call does nothing.
+"""systemd's notify protocol, for a relay run as a ``Type=notify`` service with ``WatchdogSec=``
+(docs/operations.md, health probes). Outside systemd (no ``NOTIFY_SOCKET``) every call does
+nothing.
 """
 
 from __future__ import annotations

@@ -42,9 +42,6 @@ class TokenFolder:
         self._said_missing = False
         self._said_twice: set[str] = set()  # files named in the log as holding a bot again
 
-    def __repr__(self) -> str:
-        return f"TokenFolder({str(self.path)!r})"
-
     def look(self) -> dict[str, BotToken]:
         """The folder's tokens now, by bot id. A bot found in two files is served once
         (the first file by name) and the other file is named in the log."""
