@@ -140,11 +140,8 @@ def configure_logging(level: int = logging.INFO, log_format: str = "text") -> No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # httpx logs every request URL (which holds the token) at INFO; telegram logs URLs and
-    # message texts at DEBUG.
-    # Library chatter (server start-up, migration steps) only when debugging.
-    for name in ("pgserver", "alembic"):
-        logging.getLogger(name).setLevel(max(level, logging.WARNING))
-    for name in ("httpx", "httpcore"):
+    # Library chatter (server start-up, migration steps) only when debugging; httpx logs every
+    # request URL (which holds the token) at INFO; telegram logs URLs and message texts at DEBUG.
+    for name in ("pgserver", "alembic", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
     logging.getLogger("telegram").setLevel(max(level, logging.INFO))

@@ -101,11 +101,8 @@ def checked_queue(name: str) -> str:
 
 
 def configure(*, schema: str) -> None:
-    """Set the app's outbox schema once, at start-up (before the first enqueue).
-
-    ``enqueue``, ``cancel``, ``update_pending``, the operator functions and a ``Relay`` built
-    without an explicit schema all use it. Environment: ``OUTBOX_SCHEMA``.
-    """
+    """Set the app's outbox schema once, at start-up (before the first enqueue): what every
+    function and ``Relay`` given no schema uses. Environment: ``OUTBOX_SCHEMA``."""
     global _configured  # noqa: PLW0603 - one process-wide setting, like logging's
     _configured = validate_schema(schema)
 
