@@ -118,12 +118,10 @@ _ALREADY_SO = {
 }
 
 
-# Telegram's refusal of allow_paid_broadcast for the bot itself: a Stars balance under what paid
-# broadcasts need (10,000 Stars) or too small an audience (10,000 monthly users). The Bot API
-# reference does not list these descriptions; the server passes the MTProto error names through
-# ("Bad Request: BALANCE_TOO_LOW" is the one Stars payments answer), so these substrings match
-# those names and the likely wordings. Unsure: a new wording is found by its log line (an xato
-# row saying "paid broadcast" or "stars") and added here.
+# Telegram's refusal of allow_paid_broadcast for the bot itself (under 10,000 Stars, or 10,000
+# monthly users). The Bot API reference lists no descriptions; the server passes MTProto error
+# names through (BALANCE_TOO_LOW), so these match those names and likely wordings. Unsure: a new
+# wording is found by its log line (an xato row saying "paid broadcast" or "stars").
 _PAID_REFUSED = (
     "balance_too_low",
     "not enough stars",

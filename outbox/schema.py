@@ -1,10 +1,7 @@
-"""Where the outbox lives: one PostgreSQL schema, chosen once for the app and every command.
-
-The default is ``public``, where the lesson's plain SQL (``INSERT INTO outbox ...``) runs
-unchanged. A host that has its own ``outbox`` table, or keeps libraries apart, picks another
-schema with ``OUTBOX_SCHEMA``, ``--schema`` or :func:`configure`. Notification channels and the
-maintenance lock are named after the schema, so two outboxes in one database never wake or
-block each other.
+"""Where the outbox lives: one PostgreSQL schema, chosen once for the app and every command
+(default ``public``, where the lesson's plain SQL runs unchanged; ``OUTBOX_SCHEMA``,
+``--schema`` or :func:`configure` pick another). Notification channels and the maintenance lock
+are named after the schema, so two outboxes in one database never wake or block each other.
 """
 
 from __future__ import annotations

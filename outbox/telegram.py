@@ -1,4 +1,4 @@
-"""Sending through python-telegram-bot, and the payload contract of an outbox row."""
+"""Sending through python-telegram-bot, over aiohttp; and ``NullSender``, which sends nothing."""
 
 from __future__ import annotations
 
