@@ -142,8 +142,7 @@ class MetricsServer:
             raise ConfigError(
                 f"cannot serve metrics on {host}:{port}: {err.strerror or err}"
             ) from None
-        self._thread = Thread(target=self._server.serve_forever, name="outbox-metrics")
-        self._thread.daemon = True
+        self._thread = Thread(target=self._server.serve_forever, name="outbox-metrics", daemon=True)
         self._thread.start()
 
     def close(self) -> None:

@@ -47,14 +47,11 @@ MESSAGE_FIELDS = ("outbox_id", "key", "chat_id")
 def register_secret(secret: str, label: str = "[token]") -> None:
     """Remember a secret (a token: long and unlike any word) so that ``redact`` replaces it by
     ``label`` wherever it appears, as typed or percent-encoded."""
-    if not secret:
-        return
-    for form in {secret, quote(secret, safe="")}:
-        _secrets[form] = label
-    # Longest first: a secret that contains another is replaced whole.
-    ordered = sorted(_secrets.items(), key=lambda item: -len(item[0]))
-    _secrets.clear()
-    _secrets.update(ordered)
+    if secret:
+        found = {**_secrets, secret: label, quote(secret, safe=""): label}
+        # Longest first: a secret that contains another is replaced whole.
+        _secrets.clear()
+        _secrets.update(sorted(found.items(), key=lambda item: -len(item[0])))
 
 
 def register_password(password: str) -> None:
