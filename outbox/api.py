@@ -116,8 +116,7 @@ def _checked_lane(
     ordered: object = True,
     quiet_hours: object = False,
 ) -> queries.Lane:
-    """The message's place among the bot's others; each mistake refused in one line (the
-    table's checks say the same for plain SQL)."""
+    """The message's place among the bot's others (the table's checks say the same for SQL)."""
     moment = _aware(run_at, "run_at")
     expiry = _aware(expires_at, "expires_at")
     if isinstance(priority, bool) or not isinstance(priority, int):
@@ -160,8 +159,7 @@ def _checked_sending(
     run_at: datetime | None,
     **lane: object,
 ) -> tuple[str, queries.Route]:
-    """The schema and route of ``enqueue`` and ``enqueue_many``: all they check but the keys
-    and payloads; ``lane`` is ``_checked_lane``'s arguments but run_at."""
+    """The schema and route of ``enqueue`` and ``enqueue_many``: all but keys and payloads."""
     checked_queue(queue)
     if batch is not None:
         check_batch_name(batch)
@@ -207,19 +205,9 @@ def _enqueue_steps(
     quiet_hours: bool = False,
 ) -> queries.Steps:
     """Add a message to the outbox in the caller's transaction (never commits); it exists
-    exactly when that transaction commits (docs/sending.md and docs/lanes.md tell more).
-
-    ``key`` identifies the logical message: the same key again returns the existing row.
-    ``payload`` holds the Bot API request (sendMessage's ``chat_id`` and ``text`` at least),
-    checked now (``InvalidPayload`` names the field). ``run_at`` (timezone-aware) delays it.
-    ``bot``: the public id of the bot that sends it (default: the relay's one token).
-    ``queue``: the lane of work a relay serves (``--queue``). ``batch``: the broadcast it
-    belongs to (``outbox batch NAME``). ``priority`` (-10..10) goes first when higher, though
-    a low one is never starved; ``early`` lets it go from ``run_at - early`` when the bot's
-    budget would miss ``run_at``; after ``expires_at`` it ends ``xato`` (code ``expired``).
-    A chat's messages from one bot at one priority arrive in the order they were due, unless
-    ``ordered=False``. ``quiet_hours=True`` (for bulk messages) makes it wait while its chat's
-    quiet hours last (``outbox.set_quiet_hours``).
+    exactly when that transaction commits. The same ``key`` again returns the existing row;
+    ``payload`` (the Bot API request) is checked now, ``InvalidPayload`` naming the field.
+    docs/sending.md and docs/lanes.md tell the other arguments.
     """
     schema_name, route = _checked_sending(
         schema=schema,
@@ -250,12 +238,8 @@ def _keys(keys: str | Sequence[str]) -> list[str]:
 
 def _cancel_steps(keys: str | Sequence[str], *, schema: str | None = None) -> queries.Steps:
     """Withdraw unsent messages (pending, claimed or failed) by key, in the caller's
-    transaction; return how many.
-
-    A relay re-checks its claim before sending, but a request already on its way cannot be
-    called back: do not enqueue the same key again right after cancelling it (another relay
-    could send it while the first is still sending). Use a new key, or ``update_pending``.
-    """
+    transaction; return how many. A send already on its way cannot be called back: reuse
+    no cancelled key at once (docs/sending.md)."""
     return queries.cancel(schema=resolve_schema(schema), keys=_keys(keys))
 
 

@@ -118,12 +118,10 @@ _ALREADY_SO = {
 }
 
 
-# Telegram's refusal of allow_paid_broadcast for the bot itself: a Stars balance under what paid
-# broadcasts need (10,000 Stars) or too small an audience (10,000 monthly users). The Bot API
-# reference does not list these descriptions; the server passes the MTProto error names through
-# ("Bad Request: BALANCE_TOO_LOW" is the one Stars payments answer), so these substrings match
-# those names and the likely wordings. Unsure: a new wording is found by its log line (an xato
-# row saying "paid broadcast" or "stars") and added here.
+# Telegram's refusal of allow_paid_broadcast for the bot itself (under 10,000 Stars, or 10,000
+# monthly users). The Bot API reference lists no descriptions; the server passes MTProto error
+# names through (BALANCE_TOO_LOW), so these match those names and likely wordings. Unsure: a new
+# wording is found by its log line (an xato row saying "paid broadcast" or "stars").
 _PAID_REFUSED = (
     "balance_too_low",
     "not enough stars",
@@ -135,13 +133,7 @@ _PAID_REFUSED = (
 )
 
 
-def _paid_refused(message: str) -> bool:
-    lowered = message.lower()
-    return any(s in lowered for s in _PAID_REFUSED)
-
-
-def _bad_request(message: str) -> FailureCode:
-    lowered = message.lower()
+def _bad_request(lowered: str) -> FailureCode:
     if "chat not found" in lowered:
         return FailureCode.CHAT_NOT_FOUND
     if any(s in lowered for s in _BAD_MEDIA):
@@ -153,15 +145,10 @@ def _bad_request(message: str) -> FailureCode:
     return FailureCode.BAD_REQUEST
 
 
-def _already_so(method: str, message: str) -> bool:
+def _bad_request_failure(message: str, method: str) -> Failure:
     lowered, name = message.lower(), method.lower()
     family = "edit" if name.startswith("editmessage") else "delete" if "delete" in name else ""
-    return any(s in lowered for s in _ALREADY_SO.get(family, ()))
-
-
-def _bad_request_failure(err: tg.BadRequest, message: str, method: str) -> Failure:
-    lowered = message.lower()
-    if _already_so(method, message):
+    if any(s in lowered for s in _ALREADY_SO.get(family, ())):
         return Failure(FailureKind.DONE, f"already so: {message}")
     if (flood := _RETRY_AFTER_TEXT.search(lowered)) is not None:
         seconds = min(max(float(flood.group(1)), 1.0), MAX_FLOOD_PAUSE)
@@ -176,7 +163,7 @@ def _bad_request_failure(err: tg.BadRequest, message: str, method: str) -> Failu
         return Failure(
             FailureKind.TRANSIENT, f"Telegram could not fetch the media's URL (400): {message}"
         )
-    code = _bad_request(message)
+    code = _bad_request(lowered)
     reason = f"Telegram rejected the message (400): {message}"
     if code is FailureCode.CANNOT_DELETE:
         # Bots may delete their messages for 48 hours only: the row ends xato, saying so; the
@@ -201,11 +188,9 @@ def _retry_after_seconds(err: tg.RetryAfter) -> float:
 
 @functools.cache
 def _transport() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ...]]:
-    """The HTTP clients' errors under python-telegram-bot's: the relay's (aiohttp), and httpx
-    for a sender given python-telegram-bot's own request; then those of a connection never made
-    (nothing was sent). Loaded at the first failure to classify, as python-telegram-bot's own
-    errors are: the failures come from a sender that loaded them, and a command that sends
-    nothing (``outbox status``) starts without the HTTP clients."""
+    """The HTTP clients' errors under python-telegram-bot's (aiohttp's, and httpx's for a sender
+    given python-telegram-bot's own request), then those of a connection never made. Loaded at
+    the first failure: a command that sends nothing starts without the HTTP clients."""
     import aiohttp  # noqa: PLC0415
     import httpx  # noqa: PLC0415
 
@@ -221,15 +206,10 @@ def _transport() -> tuple[tuple[type[Exception], ...], tuple[type[Exception], ..
 
 
 def _transport_cause(err: BaseException) -> BaseException | None:
-    errors = _transport()[0]
     cause = err.__cause__
-    while cause is not None and not isinstance(cause, errors):
+    while cause is not None and not isinstance(cause, _transport()[0]):
         cause = cause.__cause__
     return cause
-
-
-def _never_connected(cause: BaseException | None) -> bool:
-    return isinstance(cause, _transport()[1])
 
 
 def _without_body(message: str) -> str:
@@ -264,7 +244,9 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
         )
     if isinstance(err, tg.InvalidToken):
         return Failure(FailureKind.UNAUTHORIZED, "Telegram rejected the bot token (401/404)")
-    if isinstance(err, tg.Forbidden | tg.BadRequest) and _paid_refused(message):
+    if isinstance(err, tg.Forbidden | tg.BadRequest) and any(
+        s in message.lower() for s in _PAID_REFUSED
+    ):
         status = 403 if isinstance(err, tg.Forbidden) else 400
         return Failure(
             FailureKind.PAID_REFUSED,
@@ -274,22 +256,20 @@ def classify(err: BaseException, method: str = "sendMessage") -> Failure:  # noq
     if isinstance(err, tg.Forbidden):
         return _forbidden(message)
     if isinstance(err, tg.BadRequest):
-        return _bad_request_failure(err, message, method)
-    if isinstance(err, tg.TimedOut):
-        if _never_connected(_transport_cause(err)):
-            return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
-        return Failure(
-            FailureKind.TRANSIENT,
-            "Telegram did not answer in time; the message may have been delivered",
-            maybe_delivered=True,
-        )
-    if isinstance(err, tg.NetworkError):
+        return _bad_request_failure(message, method)
+    if isinstance(err, tg.NetworkError):  # TimedOut too
         cause = _transport_cause(err)
+        if isinstance(cause, _transport()[1]):
+            return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
+        if isinstance(err, tg.TimedOut):
+            return Failure(
+                FailureKind.TRANSIENT,
+                "Telegram did not answer in time; the message may have been delivered",
+                maybe_delivered=True,
+            )
         if cause is None:
             # An HTTP answer with an error status (5xx, a proxy's HTML page).
             return Failure(FailureKind.TRANSIENT, f"Telegram server error: {message}")
-        if _never_connected(cause):
-            return Failure(FailureKind.UNREACHABLE, f"could not connect to Telegram: {message}")
         return Failure(
             FailureKind.TRANSIENT,
             f"connection to Telegram broke ({type(cause).__name__}); "

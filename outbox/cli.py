@@ -1,8 +1,6 @@
 """The ``outbox`` command: builds the parser from the commands (``outbox.commands``), runs
-the one asked for, and turns every mistake into one line and an exit code.
-
-Every flag has an environment twin (shown in ``--help``). Mistakes a person can make end in
-one line on stderr and a non-zero exit code (docs/cli.md), never a traceback.
+the one asked for, and turns every mistake a person can make into one line on stderr and an
+exit code (docs/cli.md), never a traceback.
 """
 
 from __future__ import annotations

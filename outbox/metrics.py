@@ -1,13 +1,8 @@
-"""Prometheus metrics and health probes of a running relay (``outbox relay --metrics-port``).
-
-``/metrics`` for Prometheus; ``/healthz`` answers 200 while the relay can work (its database
-answers, the Bot API accepted its token) and 503 with the reason in one line otherwise;
-``/readyz`` answers 200 while it claims (healthy, started, not stopping, not paused by
-Telegram's flood control, some bot of it can reach Telegram). See ``outbox.relay.health``.
+"""Prometheus metrics and health probes (``/healthz``, ``/readyz``: docs/operations.md) of a
+running relay (``outbox relay --metrics-port``).
 
 The figures are read from the relay when Prometheus scrapes, so the relay's hot path does no
-extra work for them. The queue's own figures (pending rows, lag, failures) belong to the
-database, not to one relay: ``outbox status --json`` reports them.
+extra work for them. The queue's own figures belong to the database: ``outbox status --json``.
 """
 
 from __future__ import annotations
@@ -147,8 +142,7 @@ class MetricsServer:
             raise ConfigError(
                 f"cannot serve metrics on {host}:{port}: {err.strerror or err}"
             ) from None
-        self._thread = Thread(target=self._server.serve_forever, name="outbox-metrics")
-        self._thread.daemon = True
+        self._thread = Thread(target=self._server.serve_forever, name="outbox-metrics", daemon=True)
         self._thread.start()
 
     def close(self) -> None:

@@ -91,6 +91,12 @@ def check_text(value: str, field: str) -> str:
     return value
 
 
+def check_flag(value: Any, field: str) -> bool:
+    if not isinstance(value, bool):
+        raise MalformedPayload(f"{field} must be true or false")
+    return value
+
+
 def chat_id_of(value: Any) -> int | str:
     if isinstance(value, str) and value.startswith("@"):
         if not _CHANNEL_NAME.fullmatch(value):
@@ -153,11 +159,8 @@ def send_message_args(payload: Any) -> dict[str, Any]:
             raise MalformedPayload("message_thread_id must be a positive integer")
         args["message_thread_id"] = thread
     for flag in _OPTIONAL_FLAGS:
-        value = payload.get(flag)
-        if value is not None:
-            if not isinstance(value, bool):
-                raise MalformedPayload(f"{flag} must be true or false")
-            args[flag] = value
+        if payload.get(flag) is not None:
+            args[flag] = check_flag(payload[flag], flag)
     markup = payload.get("reply_markup")
     if markup is not None:
         args["reply_markup"] = inline_keyboard(markup)

@@ -25,6 +25,7 @@ from outbox.payload import (
     inline_keyboard,
     message_text,
 )
+from outbox.payload import check_flag as _flag
 
 __all__ = [
     "ALBUM_SIZES",
@@ -41,12 +42,6 @@ ALBUM_SIZES = range(2, 11)  # sendMediaGroup takes 2 to 10 items
 # A file_id is Telegram's own base64url text; anything else (a path, a name) is not one.
 _FILE_ID = re.compile(r"[A-Za-z0-9_-]{20,250}")
 _DICE = ("🎲", "🎯", "🏀", "⚽", "🎳", "🎰")
-
-
-def _flag(value: Any, field: str) -> bool:
-    if not isinstance(value, bool):
-        raise MalformedPayload(f"{field} must be true or false")
-    return value
 
 
 def _integer(low: int, high: int) -> Check:

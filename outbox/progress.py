@@ -1,9 +1,6 @@
-"""How far a long command is (``relay --drain``, ``prune``), on a terminal only.
-
-The line is rewritten in place about once a second: done, left, rate and the time to go. It
-goes to stderr, and only when stderr is a terminal: a log file or a pipe gets nothing extra.
-The drain's figures come from the outside of the relay (``Relay.snapshot()`` for what it did,
-the database for what is left), so the line does not depend on how the relay works inside.
+"""How far a long command is (``relay --drain``, ``prune``): one line on stderr, rewritten in
+place about once a second, only when stderr is a terminal (a log file or a pipe gets nothing).
+The drain's figures come from outside the relay (``Relay.snapshot()``, the database).
 """
 
 from __future__ import annotations
@@ -52,8 +49,7 @@ class ProgressLine:
     def text(self, done: int, left: int | None) -> str:
         elapsed = max(time.monotonic() - self.started, 1e-9)
         rate = done / elapsed
-        parts = [f"{done:,} done", "? left" if left is None else f"{left:,} left"]
-        parts.append(f"{rate:,.0f}/s")
+        parts = [f"{done:,} done", "? left" if left is None else f"{left:,} left", f"{rate:,.0f}/s"]
         if left and rate > 0:
             parts.append(f"about {format_duration(max(1.0, round(left / rate)))} to go")
         return f"{self.what}: " + ", ".join(parts)

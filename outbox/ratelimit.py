@@ -1,17 +1,11 @@
-"""Staying under Telegram's limits on purpose instead of collecting 429s.
+"""Staying under Telegram's limits on purpose instead of collecting 429s: per bot (about 30/s),
+per private chat (1/s) and per group (20/min), kept for the bot's whole fleet in the database,
+where every claim reserves the bot's send slots and each chat's next free moment
+(``outbox.queries.claim_due``; docs/how-it-works.md). A relay keeps no limits in memory.
 
-Three limits: per bot (about 30/s), per private chat (1/s) and per group (20/min). They are
-kept in one place, the database, for the whole fleet of the bot's relays: every claim reserves
-the bot's send slots (``bot_holati``) and each chat's next free moment (``chat_navbati``), and
-gives each row the moment it may go (``outbox.queries.claim_due``, with the limits of
-``outbox.relay.claimer.fleet_limits``). A relay keeps no limits in memory: it sends a row at
-its moment or hands it back to the queue (``outbox.relay.send_pool``). The bot's flood pause
-is flood control's (``outbox.relay.flood``).
-
-Telegram counts arrival times, and two requests can travel unevenly (event-loop lag, a busy
-network): spaced exactly 1 s apart at the sender they may arrive 0.99 s apart and the second is
-refused. So each chat's spacing gets ``chat_margin`` on top; the per-bot default (28/s against
-Telegram's 30/s) has its margin built in.
+Telegram counts arrival times: spaced exactly 1 s apart at the sender, two requests may arrive
+0.99 s apart and the second is refused. So each chat's spacing gets ``chat_margin`` on top; the
+per-bot default (28/s against Telegram's 30/s) has its margin built in.
 """
 
 from __future__ import annotations

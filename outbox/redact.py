@@ -47,14 +47,11 @@ MESSAGE_FIELDS = ("outbox_id", "key", "chat_id")
 def register_secret(secret: str, label: str = "[token]") -> None:
     """Remember a secret (a token: long and unlike any word) so that ``redact`` replaces it by
     ``label`` wherever it appears, as typed or percent-encoded."""
-    if not secret:
-        return
-    for form in {secret, quote(secret, safe="")}:
-        _secrets[form] = label
-    # Longest first: a secret that contains another is replaced whole.
-    ordered = sorted(_secrets.items(), key=lambda item: -len(item[0]))
-    _secrets.clear()
-    _secrets.update(ordered)
+    if secret:
+        found = {**_secrets, secret: label, quote(secret, safe=""): label}
+        # Longest first: a secret that contains another is replaced whole.
+        _secrets.clear()
+        _secrets.update(sorted(found.items(), key=lambda item: -len(item[0])))
 
 
 def register_password(password: str) -> None:
@@ -140,11 +137,8 @@ def configure_logging(level: int = logging.INFO, log_format: str = "text") -> No
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    # httpx logs every request URL (which holds the token) at INFO; telegram logs URLs and
-    # message texts at DEBUG.
-    # Library chatter (server start-up, migration steps) only when debugging.
-    for name in ("pgserver", "alembic"):
-        logging.getLogger(name).setLevel(max(level, logging.WARNING))
-    for name in ("httpx", "httpcore"):
+    # Library chatter (server start-up, migration steps) only when debugging; httpx logs every
+    # request URL (which holds the token) at INFO; telegram logs URLs and message texts at DEBUG.
+    for name in ("pgserver", "alembic", "httpx", "httpcore"):
         logging.getLogger(name).setLevel(max(level, logging.WARNING))
     logging.getLogger("telegram").setLevel(max(level, logging.INFO))

@@ -1,10 +1,7 @@
-"""Where the outbox lives: one PostgreSQL schema, chosen once for the app and every command.
-
-The default is ``public``, where the lesson's plain SQL (``INSERT INTO outbox ...``) runs
-unchanged. A host that has its own ``outbox`` table, or keeps libraries apart, picks another
-schema with ``OUTBOX_SCHEMA``, ``--schema`` or :func:`configure`. Notification channels and the
-maintenance lock are named after the schema, so two outboxes in one database never wake or
-block each other.
+"""Where the outbox lives: one PostgreSQL schema, chosen once for the app and every command
+(default ``public``, where the lesson's plain SQL runs unchanged; ``OUTBOX_SCHEMA``,
+``--schema`` or :func:`configure` pick another). Notification channels and the maintenance lock
+are named after the schema, so two outboxes in one database never wake or block each other.
 """
 
 from __future__ import annotations
@@ -101,11 +98,8 @@ def checked_queue(name: str) -> str:
 
 
 def configure(*, schema: str) -> None:
-    """Set the app's outbox schema once, at start-up (before the first enqueue).
-
-    ``enqueue``, ``cancel``, ``update_pending``, the operator functions and a ``Relay`` built
-    without an explicit schema all use it. Environment: ``OUTBOX_SCHEMA``.
-    """
+    """Set the app's outbox schema once, at start-up (before the first enqueue): what every
+    function and ``Relay`` given no schema uses. Environment: ``OUTBOX_SCHEMA``."""
     global _configured  # noqa: PLW0603 - one process-wide setting, like logging's
     _configured = validate_schema(schema)
 

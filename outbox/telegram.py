@@ -1,4 +1,4 @@
-"""Sending through python-telegram-bot, and the payload contract of an outbox row."""
+"""Sending through python-telegram-bot, over aiohttp; and ``NullSender``, which sends nothing."""
 
 from __future__ import annotations
 
@@ -77,15 +77,10 @@ class Prober(Protocol):
 
 
 class _AiohttpRequest(BaseRequest):
-    """python-telegram-bot's requests carried by aiohttp instead of httpx.
-
-    ``Bot`` still builds every request and reads every answer (its error mapping, its
-    exceptions); only the HTTP client under it differs. aiohttp parses HTTP in C and hands out
-    pooled connections without a walk over the pool: a request costs about a third of the CPU
-    httpx takes, and one relay's sends a second are mostly that cost (docs/decisions.md).
-    Errors are raised as python-telegram-bot's own ``HTTPXRequest`` raises them, ``TimedOut``
-    or ``NetworkError``, with aiohttp's exception as the cause (``outbox.classify`` reads it).
-    """
+    """python-telegram-bot's requests carried by aiohttp instead of httpx, for a third of the
+    CPU a request (docs/decisions.md). Errors are raised as ``HTTPXRequest`` raises them,
+    ``TimedOut`` or ``NetworkError``, with aiohttp's exception as the cause (``outbox.classify``
+    reads it)."""
 
     __slots__ = ("_connect_timeout", "_connections", "_proxy", "_read_timeout", "_session")
 
@@ -104,9 +99,8 @@ class _AiohttpRequest(BaseRequest):
 
     @staticmethod
     def parse_json_payload(payload: bytes) -> dict[str, Any]:
-        """The Bot API's JSON answer. A page that is not JSON (a proxy's 502) raises the same
-        error python-telegram-bot raises, without its log of the whole page and a traceback
-        on every such answer: the relay logs the failure once, in one line."""
+        """The Bot API's JSON answer; a page that is not JSON (a proxy's 502) raises
+        python-telegram-bot's error without its log of the whole page and a traceback."""
         try:
             parsed = json.loads(payload.decode("utf-8", "replace"))
         except ValueError:
@@ -200,11 +194,9 @@ class _Borrowed(_AiohttpRequest):
 
 
 def env_proxy(api_url: str) -> str | None:
-    """The proxy the environment names for the Bot API (HTTPS_PROXY or HTTP_PROXY by the URL's
-    scheme, else ALL_PROXY, unless NO_PROXY names its host), as httpx reads them: once, at
-    start. aiohttp's ``trust_env`` would read them again for every request, which doubles a
-    request's CPU. A proxy without a scheme is an http:// one; any scheme but http and https
-    (SOCKS) is refused in one line."""
+    """The proxy the environment names for the Bot API, read as httpx reads it, once (aiohttp's
+    ``trust_env`` reads it on every request, twice the CPU). A proxy without a scheme is an
+    http:// one; any scheme but http and https (SOCKS) is refused."""
     parts = urlsplit(api_url)
     if proxy_bypass(parts.hostname or ""):
         return None
@@ -302,22 +294,15 @@ class TelegramSender:
         await self._bot.get_me()
 
     async def send(self, args: Mapping[str, Any]) -> SentMessage:
-        """A checked sendMessage (its fields map one to one to the Bot API's), as ``call``
-        sends any request: python-telegram-bot's ``send_message`` would build its parameter
-        objects and parse the answer into a ``Message``, about 40 % of a request's CPU, for the
-        two numbers the relay keeps."""
+        """A checked sendMessage, sent as ``call`` sends any request: ``Bot.send_message``'s
+        objects would take about 40 % of a request's CPU (docs/decisions.md)."""
         return await self.call(Request("sendMessage", dict(args)))
 
     async def call(self, request: Request) -> SentMessage:
-        """Any checked request, by Telegram's method name, through python-telegram-bot's HTTP
-        layer (its error mapping and exceptions).
-
-        Not ``Bot.do_api_request``: its defaults step takes a ``media`` value for
-        python-telegram-bot's own InputMedia objects (an album's list of plain objects, or
-        any text, breaks it), and building those from strings could upload a local file named
-        by one. Here every value goes as the Bot API reads a form field: strings as they are
-        (never read as a path), nested objects as their JSON text.
-        """
+        """Any checked request through python-telegram-bot's HTTP layer, each value as a form
+        field: strings as they are (never read as a path), others as JSON text. Not
+        ``Bot.do_api_request``: it takes a ``media`` value for its own InputMedia objects, and
+        building those from strings could upload a local file named by one."""
         fields = {
             name: value
             if isinstance(value, str)
@@ -367,11 +352,7 @@ class TelegramPool:
 # RequestData is final for type checkers only; this adds no state it does not know of.
 class _FormFields(RequestData):  # type: ignore[misc]
     """A request's form fields, already in the Bot API's text form: nothing to upload.
-
-    python-telegram-bot's HTTP layer reads only these properties (and ``contains_files``,
-    False here); its own parameter objects would take a string that names a local file for
-    an upload, which a row of the outbox must never cause.
-    """
+    python-telegram-bot's HTTP layer reads only these properties (and ``contains_files``)."""
 
     __slots__ = ("_fields",)
 
@@ -433,9 +414,7 @@ class NullSender:
             await asyncio.sleep(self._delay)
         self._next_id += 1
         chat_id = args["chat_id"]
-        return SentMessage(
-            chat_id=chat_id if isinstance(chat_id, int) else 0, message_id=self._next_id
-        )
+        return SentMessage(chat_id if isinstance(chat_id, int) else 0, self._next_id)
 
     async def call(self, request: Request) -> SentMessage:
         sent = await self.send(request.args)

@@ -1,15 +1,6 @@
-"""Tracing with OpenTelemetry, an optional extra (``pip install 'outbox-telegram[otel]'``).
-
-Two things live here, both free when OpenTelemetry is absent or unused:
-
-- :func:`trace_context`: the W3C Trace Context (``traceparent``, ``tracestate``) of the span
-  that is current where the app enqueues, which ``enqueue`` keeps with the row (columns of
-  their own, outbox_0015: the payload is Telegram's request). The relay's span for sending the
-  row is that span's child (``outbox.relay.tracing``).
-- :func:`configure_from_env`: a tracer provider built by OpenTelemetry's SDK from the
-  ``OTEL_*`` variables, for a process of this package (``outbox relay``, the vazifalar bot)
-  when, and only when, those variables ask for traces. The library itself never sets up or
-  replaces a host's provider: an app configures its own OpenTelemetry.
+"""Tracing with OpenTelemetry, an optional extra (docs/operations.md, Tracing): the trace
+context ``enqueue`` keeps with the row, and the tracer provider of this package's own processes
+(never a host app's). Both are free when OpenTelemetry is absent or unused.
 """
 
 from __future__ import annotations
@@ -88,22 +79,16 @@ def traces_requested(env: Mapping[str, str] = os.environ) -> bool:
 
 def configure_from_env(service_name: str) -> TracerProvider | None:
     """Set this process's tracer provider from the ``OTEL_*`` variables, if they ask for
-    traces; the provider, or None (nothing set up, nothing exported).
-
-    For a process of this package only (its command's entry point), never for a host app.
-    The SDK's own configurator reads the variables (exporters, OTLP protocol and endpoint,
-    sampler, resource); this adds two defaults: with an endpoint but no exporter named, OTLP
-    (the specification's default), over HTTP unless a protocol is set (the exporter the
-    extra installs); ``service_name`` when the variables name no service.
-    """
+    traces; the provider, or None. For a process of this package only, never a host app. The
+    SDK's own configurator reads the variables; the two defaults added here (OTLP over HTTP,
+    ``service_name``) are in docs/operations.md."""
     if not traces_requested():
         return None
     try:
         from opentelemetry import trace  # noqa: PLC0415 - the otel extra, only when asked for
         from opentelemetry.sdk import trace as sdk_trace  # noqa: PLC0415
 
-        # The configurator the SDK's own distro and auto-instrumentation use: the one place
-        # that reads every OTEL_* variable of traces.
+        # The SDK distro's own configurator: the one place that reads every OTEL_* variable.
         from opentelemetry.sdk._configuration import (  # noqa: PLC0415
             _OTelSDKConfigurator,
         )
