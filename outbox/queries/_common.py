@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import psycopg
@@ -46,24 +46,33 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def _drive(steps: Generator[Any, Any, T], answer: Callable[[Any], Any]) -> T:
+    """Run ``steps`` to its end, sending it the ``answer`` to each step it yields."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(answer(step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _drive_async(steps: Generator[Any, Any, T], answer: Callable[[Any], Awaitable[Any]]) -> T:
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await answer(step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
 def run_sync(conn: SyncConn, steps: Steps) -> Any:
     """Run an operation's statements on a sync connection or session, in its transaction."""
-    try:
-        statement, params = next(steps)
-        while True:
-            statement, params = steps.send(conn.execute(statement, params))
-    except StopIteration as done:
-        return done.value
+    return _drive(steps, lambda step: conn.execute(*step))
 
 
 async def run_async(conn: AsyncAppConn, steps: Steps) -> Any:
     """Run an operation's statements on an async connection or session, in its transaction."""
-    try:
-        statement, params = next(steps)
-        while True:
-            statement, params = steps.send(await conn.execute(statement, params))
-    except StopIteration as done:
-        return done.value
+    return await _drive_async(steps, lambda step: conn.execute(*step))
 
 
 def app_twins(
@@ -136,27 +145,17 @@ class Operation(Generic[P, T]):
         functools.update_wrapper(self, steps)
 
     def __call__(self, conn: AnyConn, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        reading = self.steps(*args, **kwargs)
-        try:
-            query = next(reading)
-            while True:
-                query = reading.send(_rows(conn, query))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        return _drive(self.steps(*args, **kwargs), lambda query: _rows(conn, query))
 
     async def run_async(self, conn: AsyncConn, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        reading = self.steps(*args, **kwargs)
-        try:
-            name, schema, params = next(reading)
-            while True:
-                rows = await sql.fetch(conn, name, schema=schema, params=params)
-                name, schema, params = reading.send(rows)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        def rows(query: Query) -> Awaitable[list[Any]]:
+            name, schema, params = query
+            return sql.fetch(conn, name, schema=schema, params=params)
+
+        return await _drive_async(self.steps(*args, **kwargs), rows)
 
 
-def operation(steps: Callable[P, Reading[T]]) -> Operation[P, T]:
-    return Operation(steps)
+operation = Operation
 
 
 def app_steps(reading: Reading[T]) -> Steps:
@@ -175,21 +174,11 @@ def app_steps(reading: Reading[T]) -> Steps:
 # --- the schema itself -------------------------------------------------------------------------
 
 
-def _schema_facts(row: Sequence[Any] | None) -> tuple[str, frozenset[str]] | None:
-    return None if row is None else (str(row[0]), frozenset(row[1]))
-
-
-async def schema_facts(conn: AsyncConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
+@operation
+def schema_facts_sync(*, schema: str) -> Reading[tuple[str, frozenset[str]] | None]:
     """The outbox table's comment and columns; None if there is no outbox table."""
-    found = await sql.fetch_one(conn, "schema_facts", schema=schema, params=_table(schema))
-    return _schema_facts(found)
+    rows = yield "schema_facts", schema, {"table": f'"{schema}".outbox'}
+    return (str(rows[0][0]), frozenset(rows[0][1])) if rows else None
 
 
-def schema_facts_sync(conn: AnyConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
-    """``schema_facts`` on an app or operator connection."""
-    rows = _rows(conn, ("schema_facts", schema, _table(schema)))
-    return _schema_facts(rows[0] if rows else None)
-
-
-def _table(schema: str) -> dict[str, str]:
-    return {"table": f'"{schema}".outbox'}
+schema_facts = schema_facts_sync.run_async

@@ -1,14 +1,7 @@
-"""The claim: the relay's due rows, in priority order with the starvation bound, delivery
-windows and expiry, with their send slots booked in the bot's budget and their chats' spacing,
-for every relay of the bot together.
-
-Two statements of ``outbox/sql/claim.sql`` in one transaction, with plain Python between them:
-``claim_rows`` locks the bot's budget row and the candidate rows; :func:`plan_claim` (a pure
-function) orders them, gives each its send slot and keeps one message per chat; ``claim_take``
-books those slots and marks the rows claimed. The budget row's lock serialises the claims of
-every relay of the bot, so the arithmetic in between sees what the others booked.
-
-Times that decide behaviour come from the database clock, so many relay hosts agree.
+"""The claim: the relay's due rows with their send slots, for every relay of the bot together
+(docs/how-it-works.md, "The claim"). The statements of ``outbox/sql/claim.sql`` run in one
+transaction with plain Python between them: the lock ``claim_rows`` takes on the bot's budget row
+serialises the claims of every relay of the bot, so :func:`plan_claim` sees what the others booked.
 """
 
 from __future__ import annotations
