@@ -1,13 +1,7 @@
-r"""What every module of ``outbox.queries`` shares: the runners of named queries.
-
-Three kinds of caller, all running the named queries of ``outbox/sql``:
-
-* the app, through SQLAlchemy in its own session or connection (sync or async, any driver):
-  ``text()`` with ``:name`` parameters, run by ``run_sync``/``run_async``;
-* the relay's hot path, on its own psycopg async connections;
-* the operator's reads and actions (the CLI, the web page, and their twins in ``outbox.api``):
-  :class:`Operation`\ s, generators of named queries run on a psycopg connection, sync or
-  async, or on the host's SQLAlchemy connection, by the same code.
+r"""What every module of ``outbox.queries`` shares: the runners of named queries, for the app
+through its own SQLAlchemy session or connection (``run_sync``, ``run_async``), and for the
+operator's reads and actions (the CLI, the web page, ``outbox.api``): :class:`Operation`\ s,
+run on a psycopg connection, sync or async, or on the host's SQLAlchemy connection alike.
 """
 
 from __future__ import annotations
@@ -93,7 +87,7 @@ def app_twins(
         return answer(await run_async(conn, steps(*args, **kwargs)))
 
     own = inspect.signature(steps)
-    twins = (
+    for function, called, conn_type, doc in (
         (run, name, "SyncConn", steps.__doc__),
         (
             run_awaited,
@@ -101,17 +95,15 @@ def app_twins(
             "AsyncAppConn",
             f"``{name}`` for an ``AsyncSession`` or ``AsyncConnection``.",
         ),
-    )
-    for function, called, conn_type, doc in twins:
+    ):
         function.__name__ = function.__qualname__ = called
         function.__module__ = steps.__module__
         function.__doc__ = doc
         conn = inspect.Parameter(
             "conn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=conn_type
         )
-        parameters = [conn, *own.parameters.values()]
         function.__dict__["__signature__"] = own.replace(
-            parameters=parameters, return_annotation=inspect.Signature.empty
+            parameters=[conn, *own.parameters.values()], return_annotation=inspect.Signature.empty
         )
     # ``conn`` may still be passed by name, as before; a type checker has it positional only
     # (``Concatenate``), the one way it can add a parameter to ``steps``'s.

@@ -163,11 +163,6 @@ def hold_quiet(
     return kept, held
 
 
-def _is_private(chat: str) -> bool:
-    # A private chat's id is all digits (a user); groups and channels are negative or @names.
-    return chat.isdigit()
-
-
 def plan_claim(
     candidates: Sequence[Candidate],
     *,
@@ -218,7 +213,8 @@ def plan_claim(
         send_at = base + slot / rate if rate > 0 else base
         chat_free = None
         if chat_on and c.chat is not None:
-            gap = limits.chat_gap if _is_private(c.chat) else limits.group_gap
+            # A private chat's id is all digits; groups and channels are negative or @names.
+            gap = limits.chat_gap if c.chat.isdigit() else limits.group_gap
             chat_free = send_at + c.weight * gap
         bookings.append(Booking(c.id, c.chat, send_at, chat_free))
         slot += c.weight
