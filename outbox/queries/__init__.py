@@ -24,8 +24,7 @@ from outbox.queries._common import (
     schema_facts_sync,
 )
 
-# The connection types and the operation type that callers annotate with: importable from
-# here, as before, though not part of __all__.
+# The types callers annotate with: importable from here, though not part of __all__.
 from outbox.queries._common import AsyncConn as AsyncConn
 from outbox.queries._common import Steps as Steps
 from outbox.queries.app import Lane, Route, cancel, enqueue, sent_keys, update_pending
