@@ -1,22 +1,7 @@
-r"""The typed Python face of the outbox's SQL, in modules by caller. Every statement is a named
-query in ``outbox/sql/*.sql``: the relay's, the CLI's and the page's run on psycopg through
-``outbox.sql``'s executor, the app's (``app``, ``batch.enqueue_many``) on the host's
-SQLAlchemy session:
-
-* ``app``: what the host app runs inside its own transaction (enqueue, cancel, update_pending);
-* ``claim``: the relay's claim (priorities, windows, expiry, send slots, chats' spacing);
-* ``relay``: the rest of the relay's hot path (outcomes, the claim check, the bot's pause);
-* ``timing``: when a relay's queues (or each of its bots) may have work next;
-* ``maintenance``: the round's lock, the reaper, retention, idle chats;
-* ``status``: the counts and health of ``outbox status`` and the web page, each bot's
-  figures, the fleet's register as operators read it;
-* ``registry``: each relay's heartbeat in the fleet's register;
-* ``operator``: reading messages, replaying failures, cancelling, the web page's figures;
-* ``pause``: the operator's pauses, and the condition the claim keeps them by;
-* ``batch``: batches (broadcasts): the bulk enqueue, a batch's progress and its cancel;
-* ``_common``: the runners, operations, the schema's own facts.
-
-The operator's statements are run by ``Operation``\ s, written once for every connection.
+r"""The typed Python face of the outbox's SQL, in modules by caller (docs/how-it-works.md lists
+them). Every statement is a named query in ``outbox/sql/*.sql``: the relay's, the CLI's and the
+page's run on psycopg through ``outbox.sql``'s executor, the app's on the host's SQLAlchemy
+session; the operator's are ``Operation``\ s, written once for every connection.
 
 Callers import from here (``from outbox import queries``; ``queries.claim_due(...)``), not
 from the modules. Times that decide behaviour come from the database clock (``now()``), so
@@ -39,8 +24,7 @@ from outbox.queries._common import (
     schema_facts_sync,
 )
 
-# The connection types and the operation type that callers annotate with: importable from
-# here, as before, though not part of __all__.
+# The types callers annotate with: importable from here, though not part of __all__.
 from outbox.queries._common import AsyncConn as AsyncConn
 from outbox.queries._common import Steps as Steps
 from outbox.queries.app import Lane, Route, cancel, enqueue, sent_keys, update_pending

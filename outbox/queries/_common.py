@@ -1,20 +1,14 @@
-r"""What every module of ``outbox.queries`` shares: the runners of named queries.
-
-Three kinds of caller, all running the named queries of ``outbox/sql``:
-
-* the app, through SQLAlchemy in its own session or connection (sync or async, any driver):
-  ``text()`` with ``:name`` parameters, run by ``run_sync``/``run_async``;
-* the relay's hot path, on its own psycopg async connections;
-* the operator's reads and actions (the CLI, the web page, and their twins in ``outbox.api``):
-  :class:`Operation`\ s, generators of named queries run on a psycopg connection, sync or
-  async, or on the host's SQLAlchemy connection, by the same code.
+r"""What every module of ``outbox.queries`` shares: the runners of named queries, for the app
+through its own SQLAlchemy session or connection (``run_sync``, ``run_async``), and for the
+operator's reads and actions (the CLI, the web page, ``outbox.api``): :class:`Operation`\ s,
+run on a psycopg connection, sync or async, or on the host's SQLAlchemy connection alike.
 """
 
 from __future__ import annotations
 
 import functools
 import inspect
-from collections.abc import Callable, Coroutine, Generator, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Generator, Mapping
 from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, TypeVar
 
 import psycopg
@@ -46,24 +40,33 @@ T = TypeVar("T")
 R = TypeVar("R")
 
 
+def _drive(steps: Generator[Any, Any, T], answer: Callable[[Any], Any]) -> T:
+    """Run ``steps`` to its end, sending it the ``answer`` to each step it yields."""
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(answer(step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
+async def _drive_async(steps: Generator[Any, Any, T], answer: Callable[[Any], Awaitable[Any]]) -> T:
+    try:
+        step = next(steps)
+        while True:
+            step = steps.send(await answer(step))
+    except StopIteration as done:
+        return done.value  # type: ignore[no-any-return]
+
+
 def run_sync(conn: SyncConn, steps: Steps) -> Any:
     """Run an operation's statements on a sync connection or session, in its transaction."""
-    try:
-        statement, params = next(steps)
-        while True:
-            statement, params = steps.send(conn.execute(statement, params))
-    except StopIteration as done:
-        return done.value
+    return _drive(steps, lambda step: conn.execute(*step))
 
 
 async def run_async(conn: AsyncAppConn, steps: Steps) -> Any:
     """Run an operation's statements on an async connection or session, in its transaction."""
-    try:
-        statement, params = next(steps)
-        while True:
-            statement, params = steps.send(await conn.execute(statement, params))
-    except StopIteration as done:
-        return done.value
+    return await _drive_async(steps, lambda step: conn.execute(*step))
 
 
 def app_twins(
@@ -84,7 +87,7 @@ def app_twins(
         return answer(await run_async(conn, steps(*args, **kwargs)))
 
     own = inspect.signature(steps)
-    twins = (
+    for function, called, conn_type, doc in (
         (run, name, "SyncConn", steps.__doc__),
         (
             run_awaited,
@@ -92,17 +95,15 @@ def app_twins(
             "AsyncAppConn",
             f"``{name}`` for an ``AsyncSession`` or ``AsyncConnection``.",
         ),
-    )
-    for function, called, conn_type, doc in twins:
+    ):
         function.__name__ = function.__qualname__ = called
         function.__module__ = steps.__module__
         function.__doc__ = doc
         conn = inspect.Parameter(
             "conn", inspect.Parameter.POSITIONAL_OR_KEYWORD, annotation=conn_type
         )
-        parameters = [conn, *own.parameters.values()]
         function.__dict__["__signature__"] = own.replace(
-            parameters=parameters, return_annotation=inspect.Signature.empty
+            parameters=[conn, *own.parameters.values()], return_annotation=inspect.Signature.empty
         )
     # ``conn`` may still be passed by name, as before; a type checker has it positional only
     # (``Concatenate``), the one way it can add a parameter to ``steps``'s.
@@ -136,27 +137,17 @@ class Operation(Generic[P, T]):
         functools.update_wrapper(self, steps)
 
     def __call__(self, conn: AnyConn, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        reading = self.steps(*args, **kwargs)
-        try:
-            query = next(reading)
-            while True:
-                query = reading.send(_rows(conn, query))
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        return _drive(self.steps(*args, **kwargs), lambda query: _rows(conn, query))
 
     async def run_async(self, conn: AsyncConn, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        reading = self.steps(*args, **kwargs)
-        try:
-            name, schema, params = next(reading)
-            while True:
-                rows = await sql.fetch(conn, name, schema=schema, params=params)
-                name, schema, params = reading.send(rows)
-        except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+        def rows(query: Query) -> Awaitable[list[Any]]:
+            name, schema, params = query
+            return sql.fetch(conn, name, schema=schema, params=params)
+
+        return await _drive_async(self.steps(*args, **kwargs), rows)
 
 
-def operation(steps: Callable[P, Reading[T]]) -> Operation[P, T]:
-    return Operation(steps)
+operation = Operation
 
 
 def app_steps(reading: Reading[T]) -> Steps:
@@ -175,21 +166,11 @@ def app_steps(reading: Reading[T]) -> Steps:
 # --- the schema itself -------------------------------------------------------------------------
 
 
-def _schema_facts(row: Sequence[Any] | None) -> tuple[str, frozenset[str]] | None:
-    return None if row is None else (str(row[0]), frozenset(row[1]))
-
-
-async def schema_facts(conn: AsyncConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
+@operation
+def schema_facts_sync(*, schema: str) -> Reading[tuple[str, frozenset[str]] | None]:
     """The outbox table's comment and columns; None if there is no outbox table."""
-    found = await sql.fetch_one(conn, "schema_facts", schema=schema, params=_table(schema))
-    return _schema_facts(found)
+    rows = yield "schema_facts", schema, {"table": f'"{schema}".outbox'}
+    return (str(rows[0][0]), frozenset(rows[0][1])) if rows else None
 
 
-def schema_facts_sync(conn: AnyConn, *, schema: str) -> tuple[str, frozenset[str]] | None:
-    """``schema_facts`` on an app or operator connection."""
-    rows = _rows(conn, ("schema_facts", schema, _table(schema)))
-    return _schema_facts(rows[0] if rows else None)
-
-
-def _table(schema: str) -> dict[str, str]:
-    return {"table": f'"{schema}".outbox'}
+schema_facts = schema_facts_sync.run_async

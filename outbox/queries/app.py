@@ -1,9 +1,6 @@
-"""What the host app calls inside its own transaction: enqueue, cancel, update_pending.
-
-Each is an operation (a generator of statements, see ``run_sync`` and ``run_async``) that the
-app's SQLAlchemy session or connection runs, sync or async, with any driver: the named queries
-of ``outbox/sql/app.sql``, ``text()`` statements with ``:name`` parameters and explicit casts.
-None of them commits.
+"""What the host app runs inside its own transaction, never committing: the named queries of
+``outbox/sql/app.sql`` as operations (generators of statements, see ``run_sync`` and
+``run_async``) that its SQLAlchemy session or connection runs, sync or async, with any driver.
 """
 
 from __future__ import annotations
@@ -17,8 +14,6 @@ from outbox import sql
 from outbox.queries._common import Steps
 from outbox.schema import DEFAULT_QUEUE
 from outbox.tracing import NO_TRACE, TraceContext
-
-# --- enqueue: runs inside the caller's transaction, never commits ---------------------------
 
 
 class Lane(NamedTuple):

@@ -1,9 +1,6 @@
-"""Batches (broadcasts): many rows enqueued in one statement, a batch's progress, its cancel.
-
-A batch is the rows that share a ``partiya`` (outbox_0006); its index holds those rows only,
-by state and last change, which is what the progress counts and the cancel walks. The bulk
-enqueue is an app operation (see ``run_sync``/``run_async``); progress and cancel are operator
-operations (``outbox/sql/batch.sql``).
+"""Batches (broadcasts): the rows that share a ``partiya`` (outbox_0006), enqueued in one
+statement (an app operation), and their progress and cancel (operator operations of
+``outbox/sql/batch.sql``, on the batch's own index of its rows by state and last change).
 """
 
 from __future__ import annotations

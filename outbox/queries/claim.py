@@ -1,14 +1,7 @@
-"""The claim: the relay's due rows, in priority order with the starvation bound, delivery
-windows and expiry, with their send slots booked in the bot's budget and their chats' spacing,
-for every relay of the bot together.
-
-Two statements of ``outbox/sql/claim.sql`` in one transaction, with plain Python between them:
-``claim_rows`` locks the bot's budget row and the candidate rows; :func:`plan_claim` (a pure
-function) orders them, gives each its send slot and keeps one message per chat; ``claim_take``
-books those slots and marks the rows claimed. The budget row's lock serialises the claims of
-every relay of the bot, so the arithmetic in between sees what the others booked.
-
-Times that decide behaviour come from the database clock, so many relay hosts agree.
+"""The claim: the relay's due rows with their send slots, for every relay of the bot together
+(docs/how-it-works.md, "The claim"). The statements of ``outbox/sql/claim.sql`` run in one
+transaction with plain Python between them: the lock ``claim_rows`` takes on the bot's budget row
+serialises the claims of every relay of the bot, so :func:`plan_claim` sees what the others booked.
 """
 
 from __future__ import annotations
@@ -170,11 +163,6 @@ def hold_quiet(
     return kept, held
 
 
-def _is_private(chat: str) -> bool:
-    # A private chat's id is all digits (a user); groups and channels are negative or @names.
-    return chat.isdigit()
-
-
 def plan_claim(
     candidates: Sequence[Candidate],
     *,
@@ -225,7 +213,8 @@ def plan_claim(
         send_at = base + slot / rate if rate > 0 else base
         chat_free = None
         if chat_on and c.chat is not None:
-            gap = limits.chat_gap if _is_private(c.chat) else limits.group_gap
+            # A private chat's id is all digits; groups and channels are negative or @names.
+            gap = limits.chat_gap if c.chat.isdigit() else limits.group_gap
             chat_free = send_at + c.weight * gap
         bookings.append(Booking(c.id, c.chat, send_at, chat_free))
         slot += c.weight

@@ -92,14 +92,10 @@ async def prune(
     short transaction so a long delete neither locks the table nor bloats it, until one comes
     up short. Returns how many done rows and markers went; ``on_batch`` hears each batch's
     count (a progress line). ``done_older_than_seconds`` None keeps every done row."""
-    removed = []
-    for name, older_than in (
-        ("prune_done", done_older_than_seconds),
-        ("prune_markers", markers_older_than_seconds),
-    ):
+
+    async def delete(name: str, older_than: float | None) -> int:
         if older_than is None:
-            removed.append(0)
-            continue
+            return 0
         params = {"older_than": float(older_than), "batch": batch_size}
         total = 0
         while True:
@@ -109,10 +105,12 @@ async def prune(
             if on_batch is not None:
                 on_batch(n)
             if n < batch_size:
-                break
-        removed.append(total)
-    done_rows, markers = removed
-    return Pruned(done_rows=done_rows, markers=markers)
+                return total
+
+    return Pruned(
+        done_rows=await delete("prune_done", done_older_than_seconds),
+        markers=await delete("prune_markers", markers_older_than_seconds),
+    )
 
 
 async def count_prunable(

@@ -271,25 +271,17 @@ def replay(
     if accepted:
         params = {"ids": accepted, "force": force, "channel": notify_channel(schema)}
         replayed = {int(row.id) for row in (yield "replay", schema, params)}
-    results = []
-    for row_id in wanted:
-        state, marker = seen.get(row_id, (None, None))
-        original, original_state = stranded.get(row_id, (None, None))
-        blocked_chat, row_bot = blocked.get(row_id, (None, None))
-        results.append(
-            ReplayResult(
-                row_id,
-                row_id in replayed,
-                state,
-                marker,
-                original,
-                original_state,
-                superseded=row_id in superseded,
-                blocked_chat=blocked_chat,
-                bot=row_bot,
-            )
+    return [
+        ReplayResult(
+            row_id,
+            row_id in replayed,
+            *seen.get(row_id, (None, None)),
+            *stranded.get(row_id, (None, None)),
+            row_id in superseded,
+            *blocked.get(row_id, (None, None)),
         )
-    return results
+        for row_id in wanted
+    ]
 
 
 @operation

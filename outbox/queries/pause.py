@@ -3,9 +3,8 @@ claimed by every relay until it is resumed.
 
 A pause is a row of ``pauza`` (outbox_0006), so it holds for the whole fleet from its commit
 on and a restart cannot undo it; the paused rows stay ``kutmoqda``. The claim and the relay's
-timing read it through :func:`not_paused` (a condition on the rows, applied before the claim's
-LIMIT, so paused rows never fill a claim nor hold back the others); the operator's commands and
-the web page write it through the named queries of ``outbox/sql/pause.sql``.
+timing read it in their own statements; the operator's commands and the web page write it
+through the named queries of ``outbox/sql/pause.sql``.
 """
 
 from __future__ import annotations
@@ -26,7 +25,6 @@ __all__ = [
     "check_batch_name",
     "check_name",
     "list_pauses",
-    "not_paused",
     "paid_lane_stops",
     "pause",
     "resume",
@@ -80,31 +78,6 @@ class Pause:
     scope: Scope
     value: str
     since: datetime
-
-
-# The claim's condition (relay statements, ``%(name)s`` parameters): the queue and the bot are
-# the claim's own, so their pause is one question per statement (the planner runs it once and
-# skips the scan); a row's kind and batch are asked about only while some kind or batch is
-# paused, so that the common case, nothing paused, costs one probe of an empty table.
-_NOT_PAUSED = """
-      AND NOT EXISTS (SELECT 1 FROM {pauza}
-                      WHERE (doira = 'navbat' AND qiymat = {queue})
-                         OR (doira = 'bot' AND qiymat = {bot}))
-      AND (NOT EXISTS (SELECT 1 FROM {pauza} WHERE doira IN ('tur', 'partiya'))
-           OR NOT EXISTS (SELECT 1 FROM {pauza} p
-                          WHERE (p.doira = 'tur' AND p.qiymat = {row}.tur)
-                             OR (p.doira = 'partiya' AND p.qiymat = {row}.partiya)))
-"""
-
-
-def not_paused(row: str, *, queue: str = "%(navbat)s", bot: str = "%(bot)s") -> str:
-    """The condition that the row ``row`` (an alias of the outbox table) is not paused, for a
-    relay statement; ``queue`` and ``bot`` are the row's queue and bot as the statement knows
-    them. Tables are left as ``{pauza}`` for ``_sql`` to name."""
-    return _NOT_PAUSED.replace("{row}", row).replace("{queue}", queue).replace("{bot}", bot)
-
-
-# --- the operator's side (outbox/sql/pause.sql) ------------------------------------------------
 
 
 def check_name(value: str, what: str = "a pause") -> str:

@@ -1,7 +1,5 @@
-"""The relay's hot path after the claim (outbox.queries.claim): its outcomes with their
-fencing, the claim check, a lost claim's rows, the bot's state row and pause, and a drain's
-backlog. The statements
-are named queries of ``outbox/sql/relay.sql``."""
+"""The relay's hot path after the claim: its outcomes with their fencing, the claim check, a
+lost claim's rows, the bot's state row and pause, a drain's backlog (``outbox/sql/relay.sql``)."""
 
 from __future__ import annotations
 

@@ -1,19 +1,13 @@
 """Named SQL: every statement the outbox sends lives in a ``.sql`` file of this folder.
 
-A file holds blocks that start with a ``-- name: <query>`` line. The text is plain PostgreSQL a
-person can paste into psql: the outbox's tables unqualified, the states as their literals
-(``'kutmoqda'``), parameters as psql variables (``:limit``, set with ``\\set limit 128``).
+A file holds blocks that start with a ``-- name: <query>`` line, in plain PostgreSQL a person
+can paste into psql: tables unqualified, states as their literals, parameters as psql variables
+(``:limit``). At load time, once per schema, tables are qualified (``"tenant".outbox``) and
+comments stripped; for psycopg (:func:`sql`, :func:`numbered`) the parameters become
+placeholders, for SQLAlchemy's ``text()`` (:func:`sa_sql`) they stay as they are.
 
-At load time a statement is made ready for the schema the host chose, once per schema:
-
-* the outbox's tables are qualified (``outbox`` becomes ``"tenant".outbox``);
-* comments are stripped, so what goes over the wire is the statement alone;
-* for psycopg (:func:`sql`), ``:name`` becomes ``%(name)s`` and a literal ``%`` is doubled;
-  SQLAlchemy's ``text()`` (:func:`sa_sql`, for the app's own session in ``enqueue``) takes
-  ``:name`` as it is.
-
-The executor (:func:`fetch`, :func:`fetch_one`, :func:`execute` and their ``_sync`` twins) runs
-a named query on a psycopg connection: the relay's, the CLI's and the web page's alike.
+The executor (:func:`fetch`, :func:`fetch_one`, :func:`execute`, :func:`stream`) runs a named
+query on a psycopg connection: the relay's, the CLI's and the web page's alike.
 """
 
 from __future__ import annotations
@@ -32,10 +26,8 @@ if TYPE_CHECKING:
 __all__ = [
     "TABLES",
     "execute",
-    "execute_sync",
     "fetch",
     "fetch_one",
-    "fetch_one_sync",
     "fetch_sync",
     "numbered",
     "query_names",
@@ -182,14 +174,6 @@ async def _run(
     return cursor
 
 
-def _run_sync(
-    conn: SyncConn, name: str, schema: str, params: Mapping[str, Any] | None
-) -> psycopg.RawCursor[Any]:
-    cursor = psycopg.RawCursor(conn)
-    cursor.execute(*_args(name, schema, params))
-    return cursor
-
-
 async def fetch(
     conn: AsyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
 ) -> list[tuple[Any, ...]]:
@@ -230,18 +214,6 @@ def fetch_sync(
     conn: SyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
 ) -> list[tuple[Any, ...]]:
     """``fetch`` on a synchronous psycopg connection."""
-    return _run_sync(conn, name, schema, params).fetchall()
-
-
-def fetch_one_sync(
-    conn: SyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
-) -> tuple[Any, ...] | None:
-    """``fetch_one`` on a synchronous psycopg connection."""
-    return _run_sync(conn, name, schema, params).fetchone()
-
-
-def execute_sync(
-    conn: SyncConn, name: str, *, schema: str, params: Mapping[str, Any] | None = None
-) -> int:
-    """``execute`` on a synchronous psycopg connection."""
-    return _run_sync(conn, name, schema, params).rowcount
+    cursor = psycopg.RawCursor(conn)
+    cursor.execute(*_args(name, schema, params))
+    return cursor.fetchall()
