@@ -394,9 +394,13 @@ def _follow_up(method: str, fields: dict[str, Any]) -> Request:
         return Request(method, {**ids, **args})
     if "chat_id" in fields or "message_id" in fields:
         raise MalformedPayload("message_key names the message: chat_id and message_id go without")
-    if not isinstance(key, str) or not key or len(key.encode()) > MAX_KEY_BYTES:
+    # check_text first: a lone surrogate cannot be encoded to count its bytes.
+    if (
+        not isinstance(key, str)
+        or not key
+        or len(check_text(key, "message_key").encode()) > MAX_KEY_BYTES
+    ):
         raise MalformedPayload(
             f"message_key must be a message's key (at most {MAX_KEY_BYTES} bytes)"
         )
-    check_text(key, "message_key")
     return Request(method, _fields(fields, table, required, where=""), message_key=key)

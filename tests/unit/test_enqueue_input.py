@@ -23,3 +23,11 @@ def test_what_is_not_a_channel_name_is_refused(chat_id: str) -> None:
 @pytest.mark.parametrize("chat_id", ["@kanal", "@Kanal_2026", "@" + "k" * 32])
 def test_channel_names_telegram_allows_pass(chat_id: str) -> None:
     assert send_message_args({"chat_id": chat_id, "text": "x"})["chat_id"] == chat_id
+
+
+def test_a_follow_up_whose_message_key_is_a_lone_surrogate_is_refused_in_one_line() -> None:
+    from outbox.payload_methods import method_request
+
+    payload = {"method": "editMessageText", "message_key": "k\ud800", "text": "new"}
+    with pytest.raises(MalformedPayload, match="message_key is not valid Unicode"):
+        method_request(payload)
